@@ -1,0 +1,452 @@
+/* module.c: torchsparsegradutils._C, the only C file that knows about Python.
+ *
+ * Tensors arrive through DLPack (tensor.__dlpack__()), zero-copy, so the module
+ * never links libtorch and one build serves any PyTorch 2.x.  Each function:
+ * takes its tensors, re-checks device, dtype, shape and strides, builds the
+ * kernel views, releases the GIL around the kernel, maps its status to an
+ * exception, and gives every tensor back on one cleanup path.
+ * Outputs are allocated by the caller (torch.empty) and written in place. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+#include "tsgu.h"
+
+/* ---- DLPack ABI, declared from the published specification (dlpack.h) ---- */
+typedef struct {
+    int32_t device_type; /* kDLCPU = 1 */
+    int32_t device_id;
+} DLDevice;
+typedef struct {
+    uint8_t code;        /* kDLInt = 0, kDLUInt = 1, kDLFloat = 2, ... */
+    uint8_t bits;
+    uint16_t lanes;
+} DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;    /* in elements; NULL means compact row-major */
+    uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+    DLTensor dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+enum { kDLCPU = 1, kDLInt = 0, kDLFloat = 2 };
+
+/* ---- tensors held for the length of one call ---- */
+typedef struct {
+    const char *name;     /* argument name, for messages */
+    PyObject *capsule;
+    DLManagedTensor *mt;
+} held;
+
+#define MAX_HELD 8
+
+/* take obj's DLPack capsule; on failure set an exception and return -1 */
+static int take(PyObject *obj, const char *name, held *h)
+{
+    h->name = name;
+    h->capsule = PyObject_CallMethod(obj, "__dlpack__", NULL);
+    if (!h->capsule) return -1;
+    h->mt = PyCapsule_GetPointer(h->capsule, "dltensor");
+    if (!h->mt) return -1;
+    if (PyCapsule_SetName(h->capsule, "used_dltensor") != 0) {
+        h->mt = NULL;
+        return -1;
+    }
+    if (h->mt->dl_tensor.device.device_type != kDLCPU) {
+        PyErr_Format(PyExc_ValueError, "%s must be a CPU tensor", name);
+        return -1;
+    }
+    return 0;
+}
+
+static void release(held *h, int count)
+{
+    for (int i = 0; i < count; i++) {
+        if (h[i].mt && h[i].mt->deleter) h[i].mt->deleter(h[i].mt);
+        Py_XDECREF(h[i].capsule);
+        h[i].mt = NULL;
+        h[i].capsule = NULL;
+    }
+}
+
+static const DLTensor *dl(const held *h) { return &h->mt->dl_tensor; }
+static void *data_of(const held *h) { return (char *)dl(h)->data + dl(h)->byte_offset; }
+
+static int64_t numel(const DLTensor *t)
+{
+    int64_t s = 1;
+    for (int d = 0; d < t->ndim; d++) s *= t->shape[d];
+    return s;
+}
+
+static int64_t stride_of(const DLTensor *t, int d)
+{
+    if (t->strides) return t->strides[d];
+    int64_t s = 1;
+    for (int e = t->ndim - 1; e > d; e--) s *= t->shape[e];
+    return s;
+}
+
+static int is_contiguous(const DLTensor *t)
+{
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && stride_of(t, d) != s) return 0;
+        s *= t->shape[d];
+    }
+    return 1;
+}
+
+/* index type of h (int32/int64), or -1 with a TypeError */
+static int index_type(const held *h)
+{
+    DLDataType t = dl(h)->dtype;
+    if (t.code == kDLInt && t.lanes == 1 && (t.bits == 32 || t.bits == 64))
+        return t.bits == 32 ? TSGU_I32 : TSGU_I64;
+    PyErr_Format(PyExc_TypeError, "%s must hold int32 or int64 indices", h->name);
+    return -1;
+}
+
+/* value type of h (float32/float64), or -1 with a TypeError */
+static int real_type(const held *h)
+{
+    DLDataType t = dl(h)->dtype;
+    if (t.code == kDLFloat && t.lanes == 1 && (t.bits == 32 || t.bits == 64))
+        return t.bits == 32 ? TSGU_F32 : TSGU_F64;
+    PyErr_Format(PyExc_TypeError, "%s must be float32 or float64", h->name);
+    return -1;
+}
+
+static int need_contiguous(const held *h)
+{
+    if (is_contiguous(dl(h))) return 0;
+    PyErr_Format(PyExc_ValueError, "%s must be contiguous", h->name);
+    return -1;
+}
+
+/* status code -> exception; returns -1 when one was set */
+static int raise_status(int status)
+{
+    switch (status) {
+    case TSGU_OK: return 0;
+    case TSGU_EPTR_ENDS:
+        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: row pointers (crow_indices) "
+                                          "must start at 0 and end at the number of stored entries");
+        break;
+    case TSGU_EPTR_ORDER:
+        PyErr_SetString(PyExc_ValueError,
+                        "malformed sparse matrix: row pointers (crow_indices) must be non-decreasing");
+        break;
+    case TSGU_ECOL_RANGE:
+        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: a column index is negative or "
+                                          "not less than the number of columns");
+        break;
+    case TSGU_ECOL_ORDER:
+        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: column indices must be sorted "
+                                          "and unique within each row");
+        break;
+    case TSGU_EIDX_RANGE:
+        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: an index is negative or not less "
+                                          "than the size of its dimension");
+        break;
+    case TSGU_EIDX_ORDER:
+        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: the COO tensor is marked coalesced "
+                                          "but its indices are not sorted by row");
+        break;
+    case TSGU_ENOMEM: PyErr_NoMemory(); break;
+    default:
+        PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
+    }
+    return -1;
+}
+
+/* A CSR view from (ptr, col[, val][, perm]) with batch items of n x m:
+ *   ptr 1D of batch*n+1 (global layout) with col 1D, or
+ *   ptr 2D (batch, n+1) (batched layout) with col 2D (batch, nnz per item). */
+static int make_csr(const held *ptr, const held *col, const held *val, const held *perm,
+                    int64_t batch, int64_t n, int64_t m, tsgu_csr *A)
+{
+    const DLTensor *P = dl(ptr), *J = dl(col);
+    int it = index_type(ptr);
+    if (it < 0) return -1;
+    if (index_type(col) != it) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_TypeError, "%s and %s must have the same dtype", ptr->name, col->name);
+        return -1;
+    }
+    if (batch < 0 || n < 0 || m < 0) {
+        PyErr_SetString(PyExc_ValueError, "matrix sizes must be non-negative");
+        return -1;
+    }
+    if (need_contiguous(ptr) || need_contiguous(col)) return -1;
+    memset(A, 0, sizeof *A);
+    A->batch = batch;
+    A->nrows = n;
+    A->ncols = m;
+    A->itype = it;
+    A->ptr = data_of(ptr);
+    A->col = data_of(col);
+    A->nnz = numel(J);
+    if (P->ndim == 1 && J->ndim == 1 && P->shape[0] == batch * n + 1) {
+        A->ptr_stride = n;
+    } else if (P->ndim == 2 && J->ndim == 2 && P->shape[0] == batch && P->shape[1] == n + 1 &&
+               J->shape[0] == batch) {
+        A->ptr_stride = n + 1;
+        A->entry_stride = J->shape[1];
+    } else {
+        PyErr_Format(PyExc_ValueError,
+                     "%s must have shape (%lld,) or (%lld, %lld), with %s 1D or (%lld, nnz) to match",
+                     ptr->name, (long long)(batch * n + 1), (long long)batch, (long long)(n + 1),
+                     col->name, (long long)batch);
+        return -1;
+    }
+    if (val) {
+        int rt = real_type(val);
+        if (rt < 0 || need_contiguous(val)) return -1;
+        if (numel(dl(val)) != A->nnz) {
+            PyErr_Format(PyExc_ValueError, "%s must have one value per entry (%lld), got %lld",
+                         val->name, (long long)A->nnz, (long long)numel(dl(val)));
+            return -1;
+        }
+        A->rtype = rt;
+        A->val = data_of(val);
+    }
+    if (perm) {
+        if (index_type(perm) != it || need_contiguous(perm)) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s must have the dtype of %s", perm->name, ptr->name);
+            return -1;
+        }
+        if (numel(dl(perm)) != A->nnz) {
+            PyErr_Format(PyExc_ValueError, "%s must have one entry per nonzero", perm->name);
+            return -1;
+        }
+        A->perm = data_of(perm);
+    }
+    return raise_status(tsgu_csr_check_ends(A));
+}
+
+/* A dense view of shape (batch, rows, cols) or, for batch == 1, (rows, cols),
+ * with unit stride along cols, of value type rt. */
+static int make_dense(const held *h, int64_t batch, int64_t rows, int64_t cols, int rt,
+                      tsgu_dense *D)
+{
+    const DLTensor *t = dl(h);
+    int r = real_type(h);
+    if (r < 0) return -1;
+    if (r != rt) {
+        PyErr_Format(PyExc_TypeError, "%s must have the dtype of the sparse values", h->name);
+        return -1;
+    }
+    int ok = (t->ndim == 3 && t->shape[0] == batch && t->shape[1] == rows && t->shape[2] == cols) ||
+             (t->ndim == 2 && batch == 1 && t->shape[0] == rows && t->shape[1] == cols);
+    if (!ok) {
+        PyErr_Format(PyExc_ValueError, "%s must have shape (%lld, %lld, %lld)", h->name,
+                     (long long)batch, (long long)rows, (long long)cols);
+        return -1;
+    }
+    int d0 = t->ndim - 2;
+    D->data = data_of(h);
+    D->batch = batch;
+    D->rows = rows;
+    D->cols = cols;
+    D->bstride = t->ndim == 3 ? stride_of(t, 0) : 0;
+    D->rstride = stride_of(t, d0);
+    D->rtype = rt;
+    if ((cols > 1 && stride_of(t, d0 + 1) != 1) || D->bstride < 0 || D->rstride < 0) {
+        PyErr_Format(PyExc_ValueError, "%s must have unit stride in its last dimension", h->name);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- spmm(ptr, col, val, perm, batch, n, m, B, C, nthreads) ----
+ * C[k] = A[k] @ B[k]; A is batch x n x m, B (batch, m, p), C (batch, n, p). */
+static PyObject *py_spmm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[6];
+    long long batch, n, m;
+    int nthreads, status;
+    held h[MAX_HELD] = {{0}};
+    int nh = 0;
+    tsgu_csr A;
+    tsgu_dense B, C;
+    if (!PyArg_ParseTuple(args, "OOOOLLLOOi", &o[0], &o[1], &o[2], &o[3], &batch, &n, &m, &o[4],
+                          &o[5], &nthreads))
+        return NULL;
+    const char *names[6] = {"crow_indices", "col_indices", "values", "perm", "B", "out"};
+    for (int i = 0; i < 6; i++) {
+        if (o[i] == Py_None && i == 3) continue;
+        if (take(o[i], names[i], &h[i]) != 0) { nh = 6; goto error; }
+    }
+    nh = 6;
+    if (make_csr(&h[0], &h[1], &h[2], o[3] == Py_None ? NULL : &h[3], batch, n, m, &A)) goto error;
+    {
+        int64_t p = dl(&h[5])->ndim >= 2 ? dl(&h[5])->shape[dl(&h[5])->ndim - 1] : -1;
+        if (make_dense(&h[4], batch, m, p, A.rtype, &B) || make_dense(&h[5], batch, n, p, A.rtype, &C))
+            goto error;
+        if (need_contiguous(&h[5])) goto error;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_spmm(&A, &B, &C, nthreads);
+    Py_END_ALLOW_THREADS
+    if (raise_status(status)) goto error;
+    release(h, nh);
+    Py_RETURN_NONE;
+error:
+    release(h, nh);
+    return NULL;
+}
+
+/* ---- sddmm(ptr, col, batch, n, m, G, B, out, nthreads) ----
+ * out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry (k, i, j). */
+static PyObject *py_sddmm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[5];
+    long long batch, n, m;
+    int nthreads, status;
+    held h[MAX_HELD] = {{0}};
+    int nh = 0;
+    tsgu_csr A;
+    tsgu_dense G, B;
+    if (!PyArg_ParseTuple(args, "OOLLLOOOi", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
+                          &nthreads))
+        return NULL;
+    const char *names[5] = {"crow_indices", "col_indices", "grad", "B", "out"};
+    for (int i = 0; i < 5; i++)
+        if (take(o[i], names[i], &h[i]) != 0) { nh = 5; goto error; }
+    nh = 5;
+    /* out is checked as the value array of the pattern: one float per entry */
+    if (make_csr(&h[0], &h[1], &h[4], NULL, batch, n, m, &A)) goto error;
+    {
+        int64_t p = dl(&h[2])->ndim >= 2 ? dl(&h[2])->shape[dl(&h[2])->ndim - 1] : -1;
+        if (make_dense(&h[2], batch, n, p, A.rtype, &G) || make_dense(&h[3], batch, m, p, A.rtype, &B))
+            goto error;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_sddmm(&A, &G, &B, (void *)A.val, nthreads);
+    Py_END_ALLOW_THREADS
+    if (raise_status(status)) goto error;
+    release(h, nh);
+    Py_RETURN_NONE;
+error:
+    release(h, nh);
+    return NULL;
+}
+
+/* ---- csr_transpose(ptr, col, batch, n, m, tptr, trow, tperm) ----
+ * the pattern of every item's transpose, in the global layout (batch*m+1 pointers) */
+static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[5];
+    long long batch, n, m;
+    int status;
+    held h[MAX_HELD] = {{0}};
+    int nh = 0;
+    tsgu_csr A;
+    if (!PyArg_ParseTuple(args, "OOLLLOOO", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4]))
+        return NULL;
+    const char *names[5] = {"crow_indices", "col_indices", "tptr", "trow", "tperm"};
+    for (int i = 0; i < 5; i++)
+        if (take(o[i], names[i], &h[i]) != 0) { nh = 5; goto error; }
+    nh = 5;
+    if (make_csr(&h[0], &h[1], NULL, NULL, batch, n, m, &A)) goto error;
+    for (int i = 2; i < 5; i++) {
+        const DLTensor *t = dl(&h[i]);
+        int64_t want = i == 2 ? batch * m + 1 : A.nnz;
+        if (index_type(&h[i]) != (int)A.itype || need_contiguous(&h[i]) || numel(t) != want) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "%s must hold %lld indices of the dtype of %s",
+                             h[i].name, (long long)want, h[0].name);
+            goto error;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_csr_transpose(&A, data_of(&h[2]), data_of(&h[3]), data_of(&h[4]));
+    Py_END_ALLOW_THREADS
+    if (raise_status(status)) goto error;
+    release(h, nh);
+    Py_RETURN_NONE;
+error:
+    release(h, nh);
+    return NULL;
+}
+
+/* ---- coo_row_ptr(indices, sizes, ptr_or_None) ----
+ * checks every index of a (2|3, nnz) int64 index array against sizes; with ptr
+ * (int64, batch*n+1) also checks the (batch, row) order and fills ptr. */
+static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *oi, *osizes, *optr;
+    int64_t sizes[3];
+    int status;
+    held h[MAX_HELD] = {{0}};
+    int nh = 0;
+    if (!PyArg_ParseTuple(args, "OOO", &oi, &osizes, &optr)) return NULL;
+    if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
+        PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
+        return NULL;
+    }
+    int64_t sd = PyTuple_Size(osizes);
+    for (int64_t d = 0; d < sd; d++) {
+        sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
+        if (sizes[d] == -1 && PyErr_Occurred()) return NULL;
+    }
+    nh = 1;
+    if (take(oi, "indices", &h[0])) goto error;
+    const DLTensor *I = dl(&h[0]);
+    if (index_type(&h[0]) != TSGU_I64 || need_contiguous(&h[0]) || I->ndim != 2 || I->shape[0] != sd) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)sd);
+        goto error;
+    }
+    int64_t *ptr = NULL;
+    if (optr != Py_None) {
+        nh = 2;
+        if (take(optr, "row_ptr", &h[1])) goto error;
+        int64_t R = (sd == 3 ? sizes[0] : 1) * sizes[sd - 2];
+        if (index_type(&h[1]) != TSGU_I64 || need_contiguous(&h[1]) || numel(dl(&h[1])) != R + 1) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "row_ptr must be int64 with %lld entries", (long long)(R + 1));
+            goto error;
+        }
+        ptr = data_of(&h[1]);
+    }
+    {
+        const int64_t *idx = data_of(&h[0]);
+        int64_t nnz = I->shape[1];
+        Py_BEGIN_ALLOW_THREADS
+        status = tsgu_coo_row_ptr(idx, sd, nnz, sizes, ptr);
+        Py_END_ALLOW_THREADS
+    }
+    if (raise_status(status)) goto error;
+    release(h, nh);
+    Py_RETURN_NONE;
+error:
+    release(h, nh);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, perm, batch, n, m, B, out, nthreads)"},
+    {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
+    {"csr_transpose", py_csr_transpose, METH_VARARGS,
+     "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm)"},
+    {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS, "coo_row_ptr(indices, sizes, row_ptr_or_None)"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",
+                                    "C kernels of torchsparsegradutils (private: use the Python API)",
+                                    -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&module); }

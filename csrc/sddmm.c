@@ -1,0 +1,67 @@
+#ifndef TSGU_IN_TEMPLATE
+/* sddmm.c: sampled dense-dense product, the gradient of C = A*B w.r.t. A's values
+ *     out[e] = dot(G[k][i,:], B[k][j,:])   for every stored entry e = (k, i, j)
+ * Row by row, so G[k][i,:] stays in cache while the B rows are gathered; no
+ * n x m and no nnz x p temporary.  The dot uses a fixed order of partial sums,
+ * so the result does not depend on the thread count. */
+#include "tsgu.h"
+
+typedef struct {
+    const tsgu_csr *A;
+    const tsgu_dense *G, *B;
+    void *out;
+} sddmm_ctx;
+
+#define TSGU_LANES 8 /* independent partial sums: lets the compiler vectorize the dot */
+
+#define TSGU_TEMPLATE_FILE "sddmm.c"
+#include "tsgu_template.h"
+
+int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
+               int nthreads)
+{
+    sddmm_ctx x = {A, G, B, out};
+    tsgu_rows_fn fn = TSGU_PICK(sddmm_rows, A->rtype, A->itype);
+    return tsgu_parallel_rows(A, G->cols, nthreads, fn, &x);
+}
+
+#else /* template body: real_t, idx_t, TSGU_FN */
+
+static real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y, int64_t p)
+{
+    real_t acc[TSGU_LANES] = {0};
+    int64_t t = 0;
+    for (; t + TSGU_LANES <= p; t += TSGU_LANES)
+        for (int u = 0; u < TSGU_LANES; u++) acc[u] += x[t + u] * y[t + u];
+    real_t s = 0;
+    for (; t < p; t++) s += x[t] * y[t];
+    for (int u = 0; u < TSGU_LANES; u++) s += acc[u];
+    return s;
+}
+
+static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
+{
+    const sddmm_ctx *x = vctx;
+    const tsgu_csr *A = x->A;
+    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const real_t *Gx = x->G->data, *Bx = x->B->data;
+    real_t *out = x->out;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, p = x->G->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
+        int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
+        if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+        const real_t *g = Gx + k * x->G->bstride + i * x->G->rstride;
+        const real_t *Bk = Bx + k * x->B->bstride;
+        int64_t prev = -1;
+        for (int64_t e = start; e < end; e++) {
+            int64_t j = Aj[e];
+            if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+            prev = j;
+            out[e] = TSGU_FN(dot)(g, Bk + j * x->B->rstride, p);
+        }
+    }
+    return TSGU_OK;
+}
+
+#endif

@@ -1,0 +1,72 @@
+#ifndef TSGU_IN_TEMPLATE
+/* spmm.c: sparse times dense, C = A*B, for each item k of a batch
+ *     C[k][i,:] = sum_e A.val[e] * B[k][A.col[e],:]   (e over the entries of row i)
+ * With A.perm set, entry e takes its value from A.val[perm[e]]: this computes
+ * grad_B = A^T*G on the transpose pattern built by csr_transpose, with no
+ * atomics.  Each output row is summed by one thread in entry order, so the
+ * result does not depend on the thread count. */
+#include "tsgu.h"
+
+typedef struct {
+    const tsgu_csr *A;
+    const tsgu_dense *B;
+    tsgu_dense *C;
+} spmm_ctx;
+
+#define TSGU_TEMPLATE_FILE "spmm.c"
+#include "tsgu_template.h"
+
+int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthreads)
+{
+    spmm_ctx x = {A, B, C};
+    tsgu_rows_fn fn = TSGU_PICK(spmm_rows, A->rtype, A->itype);
+    return tsgu_parallel_rows(A, C->cols, nthreads, fn, &x);
+}
+
+#else /* template body: real_t, idx_t, TSGU_FN */
+
+static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
+{
+    const spmm_ctx *x = vctx;
+    const tsgu_csr *A = x->A;
+    const idx_t *Ap = A->ptr, *Aj = A->col, *Pm = A->perm;
+    const real_t *Ax = A->val;
+    const real_t *Bx = x->B->data;
+    real_t *Cx = x->C->data;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, p = x->C->cols;
+    int64_t ldb = x->B->rstride, ldc = x->C->rstride;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
+        int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
+        if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+        const real_t *Bk = Bx + k * x->B->bstride;
+        real_t *restrict c = Cx + k * x->C->bstride + i * ldc;
+        if (p == 1) {                          /* SpMV: keep the sum in a register */
+            real_t s = 0;
+            int64_t prev = -1;
+            for (int64_t e = start; e < end; e++) {
+                int64_t j = Aj[e], src = Pm ? (int64_t)Pm[e] : e;
+                if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+                if (src < 0 || src >= nnz) return TSGU_EPERM;
+                prev = j;
+                s += Ax[src] * Bk[j * ldb];
+            }
+            c[0] = s;
+            continue;
+        }
+        for (int64_t t = 0; t < p; t++) c[t] = 0;
+        int64_t prev = -1;
+        for (int64_t e = start; e < end; e++) {
+            int64_t j = Aj[e], src = Pm ? (int64_t)Pm[e] : e;
+            if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+            if (src < 0 || src >= nnz) return TSGU_EPERM;
+            prev = j;
+            const real_t a = Ax[src];
+            const real_t *restrict b = Bk + j * ldb;
+            for (int64_t t = 0; t < p; t++) c[t] += a * b[t];   /* c += a * B[j,:] */
+        }
+    }
+    return TSGU_OK;
+}
+
+#endif

@@ -1,0 +1,103 @@
+/* tsgu.h: the one header of the C kernels.
+ *
+ * A sparse matrix (or a batch of them, all n x m) is passed to kernels as a
+ * non-owning CSR view.  Kernels never allocate tensor memory; they read and
+ * write arrays owned by the caller and report problems through status codes.
+ *
+ * Two row-pointer layouts share one view, so that 2D CSR, batched CSR and
+ * (coalesced) batched COO all reach the same kernels without copies:
+ *   global:  one array of batch*n+1 pointers (ptr_stride = n, entry_stride = 0)
+ *   batched: batch arrays of n+1 pointers each, every one starting at 0
+ *            (ptr_stride = n+1, entry_stride = nnz per item)
+ * In both, global row r = k*n + i (item k, row i) holds the entries
+ *   [tsgu_row_start(A, r), tsgu_row_start(A, r+1))
+ * of the flat col/val arrays, and column indices are local to the item.
+ */
+#ifndef TSGU_H
+#define TSGU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* status codes: 0 is success, every other value names one problem */
+enum {
+    TSGU_OK = 0,
+    TSGU_EPTR_ENDS = 1,  /* row pointers do not start at 0 or do not end at nnz */
+    TSGU_EPTR_ORDER = 2, /* row pointers decrease, or point outside [0, nnz] */
+    TSGU_ECOL_RANGE = 3, /* a column index is < 0 or >= ncols */
+    TSGU_ECOL_ORDER = 4, /* column indices within a row are not strictly increasing */
+    TSGU_EIDX_RANGE = 5, /* a COO index (batch, row or column) is out of range */
+    TSGU_EIDX_ORDER = 6, /* COO entries are not sorted by (batch, row) */
+    TSGU_EPERM = 7,      /* a permutation entry is outside [0, nnz) */
+    TSGU_ENOMEM = 8      /* a workspace allocation failed */
+};
+
+typedef enum { TSGU_F32 = 0, TSGU_F64 = 1 } tsgu_real;  /* value types */
+typedef enum { TSGU_I32 = 0, TSGU_I64 = 1 } tsgu_index; /* index types */
+
+typedef struct {
+    int64_t batch;        /* number of matrices b (1 when unbatched) */
+    int64_t nrows;        /* rows n of each matrix */
+    int64_t ncols;        /* columns m of each matrix */
+    int64_t nnz;          /* length of the flat col (and val) arrays, all items together */
+    const void *ptr;      /* row pointers, layout given by the two strides below */
+    int64_t ptr_stride;   /* n (global layout) or n+1 (batched layout) */
+    int64_t entry_stride; /* 0 (global layout) or nnz per item (batched layout) */
+    const void *col;      /* column index of each entry, local to [0, ncols) */
+    const void *val;      /* value of each entry; NULL for pattern-only kernels */
+    const void *perm;     /* NULL, or: entry e takes its value from val[perm[e]] */
+    tsgu_index itype;     /* type of ptr, col and perm */
+    tsgu_real rtype;      /* type of val */
+} tsgu_csr;
+
+typedef struct {
+    void *data;      /* element (k, i, c) lives at data[k*bstride + i*rstride + c] */
+    int64_t batch;   /* number of matrices (1 when unbatched) */
+    int64_t rows;    /* rows of each matrix */
+    int64_t cols;    /* columns of each matrix (unit stride) */
+    int64_t bstride; /* elements between consecutive matrices */
+    int64_t rstride; /* elements between consecutive rows */
+    tsgu_real rtype; /* element type */
+} tsgu_dense;
+
+/* batched layout (one pointer array per item)?  entry_stride cannot tell: it is
+ * 0 in both layouts when the items hold no entries */
+#define TSGU_BATCHED_PTR(A) ((A)->ptr_stride != (A)->nrows)
+
+/* read row pointer q of the raw pointer array */
+static inline int64_t tsgu_ptr_at(const tsgu_csr *A, int64_t q)
+{
+    return A->itype == TSGU_I32 ? (int64_t)((const int32_t *)A->ptr)[q]
+                                : ((const int64_t *)A->ptr)[q];
+}
+
+/* start of global row r (0 <= r <= batch*nrows, batch >= 1) in the flat entry
+ * arrays; used to balance threads, never to index memory */
+static inline int64_t tsgu_row_start(const tsgu_csr *A, int64_t r)
+{
+    int64_t k = A->nrows ? r / A->nrows : 0, i = r - k * A->nrows;
+    int64_t q = k * A->ptr_stride + i;
+    if (TSGU_BATCHED_PTR(A) && k == A->batch) { /* one past the last item: its end */
+        k--;
+        q = k * A->ptr_stride + A->nrows;
+    }
+    return tsgu_ptr_at(A, q) + k * A->entry_stride;
+}
+
+/* Run fn over the global rows [0, batch*nrows) split into chunks of about equal
+ * cost (entries*work_per_entry + rows), on at most nthreads threads.  Returns
+ * the first non-zero status any chunk returned. */
+typedef int (*tsgu_rows_fn)(void *ctx, int64_t r0, int64_t r1);
+int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
+                       tsgu_rows_fn fn, void *ctx);
+
+/* kernels, one per file */
+int tsgu_csr_check_ends(const tsgu_csr *A);
+int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthreads);
+int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
+               int nthreads);
+int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm);
+int tsgu_coo_row_ptr(const int64_t *idx, int64_t sparse_dims, int64_t nnz,
+                     const int64_t *sizes, int64_t *ptr);
+
+#endif

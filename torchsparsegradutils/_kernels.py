@@ -1,0 +1,104 @@
+"""Typed wrappers around the C kernels, one per kernel, on a CSRView.
+
+CPU tensors go to torchsparsegradutils._C.  Other devices (CUDA) go through
+PyTorch's own ops with the same meaning and, like the kernels, never build a
+dense n x m matrix: until CUDA kernels of our own exist, this is their path.
+"""
+import torch
+
+from . import _C
+from ._csr import CSRView
+
+# Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
+# temporaries to about this many elements times p, instead of nnz times p.
+_GATHER_CHUNK_ELEMS = 1 << 24
+
+
+def _use_c(*tensors: torch.Tensor) -> bool:
+    return all(t.device.type == "cpu" for t in tensors) and not _force_torch_ops
+
+
+# Tests set this to run the non-CPU code path on CPU tensors.
+_force_torch_ops = False
+
+
+def _unit_last_stride(X: torch.Tensor) -> torch.Tensor:
+    """X itself when its rows are unit-stride (the kernels take any row stride), else a copy."""
+    return X if X.size(-1) <= 1 or X.stride(-1) == 1 else X.contiguous()
+
+
+def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
+    """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
+    p = B.shape[-1]
+    out_shape = (A.batch, A.nrows, p) if B.dim() == 3 else (A.nrows, p)
+    if not _use_c(A.values, B):
+        A2, _, _ = _global_csr(A)
+        C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
+        return C.reshape(out_shape)
+    C = torch.empty(out_shape, dtype=B.dtype)
+    _C.spmm(A.ptr, A.col, A.values, None, A.batch, A.nrows, A.ncols,
+            _unit_last_stride(B).detach(), C, torch.get_num_threads())
+    return C
+
+
+def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+    """A^T @ G for every batch item, without atomics: a transpose permutation
+    (counting sort, O(nnz + m)) then the forward kernel on it."""
+    p = G.shape[-1]
+    out_shape = (A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p)
+    if not _use_c(A.values, G):
+        A2, rows, cols = _global_csr(A)
+        At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(),
+                                     (A.batch * A.ncols, A.batch * A.nrows))
+        return torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p)).reshape(out_shape)
+    nnz = A.col.numel()
+    itype = A.ptr.dtype
+    tptr = torch.empty(A.batch * A.ncols + 1, dtype=itype)
+    trow = torch.empty(nnz, dtype=itype)
+    tperm = torch.empty(nnz, dtype=itype)
+    _C.csr_transpose(A.ptr, A.col, A.batch, A.nrows, A.ncols, tptr, trow, tperm)
+    out = torch.empty(out_shape, dtype=G.dtype)
+    _C.spmm(tptr, trow, A.values.detach(), tperm, A.batch, A.ncols, A.nrows,
+            _unit_last_stride(G).detach(), out, torch.get_num_threads())
+    return out
+
+
+def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) of A,
+    shaped like A.values: the gradient of A @ B w.r.t. A's values."""
+    if not _use_c(A.values, G, B):
+        return _sddmm_gather(A, G, B)
+    g = torch.empty(A.values.shape, dtype=G.dtype)
+    _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, _unit_last_stride(G).detach(),
+             _unit_last_stride(B).detach(), g, torch.get_num_threads())
+    return g
+
+
+def _global_csr(A: CSRView):
+    """A as one block-diagonal 2D CSR matrix of (b*n) x (b*m), built from index
+    arithmetic alone, with the global row and column of every entry."""
+    b, n, m = A.batch, A.nrows, A.ncols
+    ptr, col = A.ptr.long(), A.col.long()
+    if ptr.dim() == 2:                       # batched CSR: make the pointers global
+        nnz_b = col.shape[1]
+        offs = torch.arange(b, device=ptr.device).unsqueeze(1) * nnz_b
+        ptr = torch.cat([(ptr[:, :-1] + offs).reshape(-1), ptr.new_full((1,), b * nnz_b)])
+        col = col.reshape(-1)
+    counts = ptr[1:] - ptr[:-1]
+    rows = torch.repeat_interleave(torch.arange(b * n, device=ptr.device), counts)
+    cols = col + (rows // n) * m if n else col
+    vals = A.values.reshape(-1)
+    A2 = torch.sparse_csr_tensor(ptr, cols, vals, (b * n, b * m))
+    return A2, rows, cols
+
+
+def _sddmm_gather(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    _, rows, cols = _global_csr(A)
+    p = G.shape[-1]
+    G2, B2 = G.reshape(-1, p), B.reshape(-1, p)
+    g = torch.empty(rows.shape, dtype=G.dtype, device=G.device)
+    step = max(1, _GATHER_CHUNK_ELEMS // max(p, 1))
+    for s in range(0, rows.numel(), step):
+        r, c = rows[s:s + step], cols[s:s + step]
+        g[s:s + step] = (G2.index_select(0, r) * B2.index_select(0, c)).sum(1)
+    return g.reshape(A.values.shape)

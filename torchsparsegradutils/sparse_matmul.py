@@ -1,0 +1,90 @@
+"""sparse_mm: sparse A times dense B, with a gradient for A that stays sparse."""
+import torch
+
+from . import _kernels
+from ._csr import as_csr
+
+_SUPPORTED_DTYPES = (torch.float32, torch.float64)
+
+
+def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    r"""Sparse @ dense, ``C = A @ B``, whose gradient w.r.t. ``A`` is sparse.
+
+    A drop-in for :func:`torch.sparse.mm` with the contract of the published
+    ``torchsparsegradutils.sparse_mm``.
+
+    Parameters
+    ----------
+    A : sparse COO or CSR tensor, shape ``(n, m)`` or batched ``(b, n, m)``
+        (COO with three sparse dimensions, or batched CSR), float32 or float64.
+    B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device.
+
+    Returns
+    -------
+    Dense tensor of shape ``(n, p)`` or ``(b, n, p)``.
+
+    Gradients
+    ---------
+    With ``G = dL/dC``: ``grad_B = A^T @ G`` (dense) and ``grad_A`` is a sparse
+    tensor in A's layout holding ``sum_k G[i,k] B[j,k]`` only at A's stored
+    positions ``(i, j)``.  Neither the dense ``G @ B^T`` (n x m) nor any
+    nnz x p temporary is ever built.  For an uncoalesced COO ``A`` the gradient
+    is returned on the coalesced pattern (a duplicated entry is one matrix
+    entry, and gets its derivative once).
+
+    Raises
+    ------
+    ValueError
+        A or B not a tensor; ranks < 2 or not both 2D / both 3D; A not COO/CSR
+        or B not strided; batch or inner dimensions that differ; different
+        devices; malformed sparse structure (indices out of range, row pointers
+        decreasing or not ending at nnz, unsorted or repeated columns in a CSR row).
+    TypeError
+        Values of a dtype other than float32/float64, or A and B of different dtypes.
+    """
+    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+        raise ValueError("Both A and B should be instances of torch.Tensor")
+    if A.dim() < 2 or B.dim() < 2:
+        raise ValueError("Both A and B should be at least 2-dimensional tensors")
+    if A.dim() != B.dim() or A.dim() not in (2, 3):
+        raise ValueError(f"A and B must both be 2D or both be 3D tensors, got {A.dim()}D and {B.dim()}D")
+    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(f"A should be in either COO or CSR sparse format, got {A.layout}")
+    if B.layout != torch.strided:
+        raise ValueError(f"B must be a dense (strided) tensor, got {B.layout}")
+    if A.dim() == 3 and A.size(0) != B.size(0):
+        raise ValueError(f"If batched, A and B must have the same batch size, got {A.size(0)} and {B.size(0)}")
+    if A.size(-1) != B.size(-2):
+        raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-1)}] vs B[..., {B.size(-2)}]")
+    if A.device != B.device:
+        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
+    if A.dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"sparse_mm supports float32 and float64 values, got A of dtype {A.dtype}")
+    if B.dtype != A.dtype:
+        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
+    return SparseMatMul.apply(A, B)
+
+
+class SparseMatMul(torch.autograd.Function):
+    """The autograd Function behind :func:`sparse_mm` (validate with sparse_mm first)."""
+
+    @staticmethod
+    def forward(ctx, A, B):
+        view = as_csr(A.detach())
+        C = _kernels.spmm(view, B)
+        # Save the arrays themselves: an in-place edit of B or of A's values
+        # before backward then raises autograd's version-counter error.
+        ctx.view = view._replace(ptr=None, col=None, values=None)
+        ctx.save_for_backward(view.ptr, view.col, view.values, B)
+        return C
+
+    @staticmethod
+    def backward(ctx, G):
+        ptr, col, values, B = ctx.saved_tensors
+        view = ctx.view._replace(ptr=ptr, col=col, values=values)
+        grad_A = grad_B = None
+        if ctx.needs_input_grad[0]:
+            grad_A = view.grad_like(_kernels.sddmm(view, G, B))
+        if ctx.needs_input_grad[1]:
+            grad_B = _kernels.spmm_t(view, G)
+        return grad_A, grad_B
