@@ -95,6 +95,7 @@ static int64_t stride_of(const DLTensor *t, int d)
 
 static int is_contiguous(const DLTensor *t)
 {
+    if (numel(t) == 0) return 1; /* an empty tensor may carry any strides */
     int64_t s = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && stride_of(t, d) != s) return 0;
@@ -160,6 +161,18 @@ static int raise_status(int status)
                                           "but its indices are not sorted by row");
         break;
     case TSGU_ENOMEM: PyErr_NoMemory(); break;
+    case TSGU_ETRI_SIDE:
+        PyErr_SetString(PyExc_ValueError, "A is not triangular on the requested side: it stores an entry "
+                                          "below the diagonal with upper=True, or above it with upper=False");
+        break;
+    case TSGU_EDIAG_ZERO:
+        PyErr_SetString(PyExc_ValueError, "A is singular: a diagonal entry is zero or not stored "
+                                          "(pass unitriangular=True if the diagonal is implicit ones)");
+        break;
+    case TSGU_EDIAG_UNIT:
+        PyErr_SetString(PyExc_ValueError, "unitriangular=True, but A stores diagonal entries: "
+                                          "the unit diagonal must be implicit (A strictly triangular)");
+        break;
     default:
         PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
     }
@@ -259,7 +272,7 @@ static int make_dense(const held *h, int64_t batch, int64_t rows, int64_t cols, 
     D->bstride = t->ndim == 3 ? stride_of(t, 0) : 0;
     D->rstride = stride_of(t, d0);
     D->rtype = rt;
-    if ((cols > 1 && stride_of(t, d0 + 1) != 1) || D->bstride < 0 || D->rstride < 0) {
+    if (numel(t) > 0 && ((cols > 1 && stride_of(t, d0 + 1) != 1) || D->bstride < 0 || D->rstride < 0)) {
         PyErr_Format(PyExc_ValueError, "%s must have unit stride in its last dimension", h->name);
         return -1;
     }
@@ -437,12 +450,50 @@ error:
     return NULL;
 }
 
+/* ---- trisolve(ptr, col, val, batch, n, X, upper, unit, trans, nthreads) ----
+ * in place: X[k] = A[k]^{-1} X[k] (or A[k]^{-T} X[k] with trans); A is batch x n x n
+ * triangular, X (batch, n, p) contiguous, holding the right-hand side on entry. */
+static PyObject *py_trisolve(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[4];
+    long long batch, n;
+    int upper, unit, trans, nthreads, status;
+    held h[MAX_HELD] = {{0}};
+    int nh = 0;
+    tsgu_csr A;
+    tsgu_dense X;
+    if (!PyArg_ParseTuple(args, "OOOLLOpppi", &o[0], &o[1], &o[2], &batch, &n, &o[3], &upper, &unit,
+                          &trans, &nthreads))
+        return NULL;
+    const char *names[4] = {"crow_indices", "col_indices", "values", "X"};
+    for (int i = 0; i < 4; i++)
+        if (take(o[i], names[i], &h[i]) != 0) { nh = 4; goto error; }
+    nh = 4;
+    if (make_csr(&h[0], &h[1], &h[2], NULL, batch, n, n, &A)) goto error;
+    {
+        int64_t p = dl(&h[3])->ndim >= 2 ? dl(&h[3])->shape[dl(&h[3])->ndim - 1] : -1;
+        if (make_dense(&h[3], batch, n, p, A.rtype, &X) || need_contiguous(&h[3])) goto error;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_trisolve(&A, &X, upper, unit, trans, nthreads);
+    Py_END_ALLOW_THREADS
+    if (raise_status(status)) goto error;
+    release(h, nh);
+    Py_RETURN_NONE;
+error:
+    release(h, nh);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, perm, batch, n, m, B, out, nthreads)"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm)"},
     {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS, "coo_row_ptr(indices, sizes, row_ptr_or_None)"},
+    {"trisolve", py_trisolve, METH_VARARGS,
+     "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",

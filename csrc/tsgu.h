@@ -29,7 +29,10 @@ enum {
     TSGU_EIDX_RANGE = 5, /* a COO index (batch, row or column) is out of range */
     TSGU_EIDX_ORDER = 6, /* COO entries are not sorted by (batch, row) */
     TSGU_EPERM = 7,      /* a permutation entry is outside [0, nnz) */
-    TSGU_ENOMEM = 8      /* a workspace allocation failed */
+    TSGU_ENOMEM = 8,     /* a workspace allocation failed */
+    TSGU_ETRI_SIDE = 9,  /* triangular solve: an entry on the wrong side of the diagonal */
+    TSGU_EDIAG_ZERO = 10, /* triangular solve: a diagonal entry is zero or not stored */
+    TSGU_EDIAG_UNIT = 11  /* triangular solve: unitriangular, yet a diagonal entry is stored */
 };
 
 typedef enum { TSGU_F32 = 0, TSGU_F64 = 1 } tsgu_real;  /* value types */
@@ -97,6 +100,7 @@ int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthread
 int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
                int nthreads);
 int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm);
+int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t sparse_dims, int64_t nnz,
                      const int64_t *sizes, int64_t *ptr);
 

@@ -62,9 +62,7 @@ def _from_coo(A: torch.Tensor) -> CSRView:
     if A.dense_dim() != 0:
         raise ValueError("A must not have dense dimensions (hybrid COO tensors are not supported)")
     sizes = tuple(A.shape)
-    indices = A._indices()
-    if not indices.is_contiguous():
-        indices = indices.contiguous()
+    indices = A._indices().contiguous()
     if not A.is_coalesced():
         # Check ranges before coalescing: coalesce would fold an out-of-range
         # index onto a valid position and hide the error.
@@ -73,7 +71,7 @@ def _from_coo(A: torch.Tensor) -> CSRView:
         else:
             _check_coo_ranges_torch(indices, sizes)
         A = A.coalesce()
-        indices = A._indices()
+        indices = A._indices().contiguous()
     val = A._values()
     if not val.is_contiguous():
         val = val.contiguous()

@@ -95,7 +95,7 @@ def _global_csr(A: CSRView):
 def _sddmm_gather(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     _, rows, cols = _global_csr(A)
     p = G.shape[-1]
-    G2, B2 = G.reshape(-1, p), B.reshape(-1, p)
+    G2, B2 = G.reshape(A.batch * A.nrows, p), B.reshape(A.batch * A.ncols, p)
     g = torch.empty(rows.shape, dtype=G.dtype, device=G.device)
     step = max(1, _GATHER_CHUNK_ELEMS // max(p, 1))
     for s in range(0, rows.numel(), step):

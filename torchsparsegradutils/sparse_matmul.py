@@ -50,6 +50,9 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"A and B must both be 2D or both be 3D tensors, got {A.dim()}D and {B.dim()}D")
     if A.layout not in (torch.sparse_coo, torch.sparse_csr):
         raise ValueError(f"A should be in either COO or CSR sparse format, got {A.layout}")
+    if A.dense_dim() != 0:
+        raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
+                         f"got {A.dense_dim()}")
     if B.layout != torch.strided:
         raise ValueError(f"B must be a dense (strided) tensor, got {B.layout}")
     if A.dim() == 3 and A.size(0) != B.size(0):
@@ -72,15 +75,23 @@ class SparseMatMul(torch.autograd.Function):
     def forward(ctx, A, B):
         view = as_csr(A.detach())
         C = _kernels.spmm(view, B)
-        # Save the arrays themselves: an in-place edit of B or of A's values
-        # before backward then raises autograd's version-counter error.
+        # An in-place edit of B, or of the tensor A's values came from, before
+        # backward must raise autograd's version-counter error, not give a
+        # silently wrong gradient.  B is saved itself.  A's values arrays are
+        # aliases that do not share a version counter with the tensor the user
+        # holds, so save that tensor (the guard) where it can be found; where it
+        # cannot, and grad_B needs the values, keep a private copy.
+        guard = _values_guard(A)
+        values = view.values
+        if guard is None and ctx.needs_input_grad[1] and _shares_storage(values, A):
+            values = values.clone()
         ctx.view = view._replace(ptr=None, col=None, values=None)
-        ctx.save_for_backward(view.ptr, view.col, view.values, B)
+        ctx.save_for_backward(view.ptr, view.col, values, B, guard)
         return C
 
     @staticmethod
     def backward(ctx, G):
-        ptr, col, values, B = ctx.saved_tensors
+        ptr, col, values, B, _ = ctx.saved_tensors
         view = ctx.view._replace(ptr=ptr, col=col, values=values)
         grad_A = grad_B = None
         if ctx.needs_input_grad[0]:
@@ -88,3 +99,27 @@ class SparseMatMul(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             grad_B = _kernels.spmm_t(view, G)
         return grad_A, grad_B
+
+
+def _values_guard(A: torch.Tensor):
+    """The tensor whose version counter moves when A's values are edited in place:
+    A itself when it has no history, the values given to our sparse_csr_tensor,
+    or the leaf values given to torch's constructors; None when unknown."""
+    if A.grad_fn is None:
+        return A
+    values = getattr(A, "_tsgu_values", None)          # set by sparse_csr_tensor
+    if values is not None:
+        return values
+    name = type(A.grad_fn).__name__
+    if name.startswith(("SparseCooTensorWithDimsAndTensorsBackward", "SparseCompressedTensorBackward")):
+        for fn, _ in A.grad_fn.next_functions:
+            leaf = getattr(fn, "variable", None)        # AccumulateGrad of a leaf values tensor
+            if leaf is not None:
+                return leaf
+    return None
+
+
+def _shares_storage(values: torch.Tensor, A: torch.Tensor) -> bool:
+    """Does values alias A's own values array (rather than a private coalesced copy)?"""
+    own = A._values() if A.layout == torch.sparse_coo else A.values()
+    return values.numel() > 0 and values.data_ptr() == own.data_ptr()

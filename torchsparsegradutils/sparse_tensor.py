@@ -19,7 +19,9 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None):
     """
     if size is None:
         size = torch.sparse_csr_tensor(crow_indices, col_indices, values.detach()).shape
-    return _CSRFromValues.apply(crow_indices, col_indices, values, tuple(size))
+    A = _CSRFromValues.apply(crow_indices, col_indices, values, tuple(size))
+    A._tsgu_values = values  # lets sparse_mm guard against in-place edits of values
+    return A
 
 
 class _CSRFromValues(torch.autograd.Function):

@@ -1,0 +1,150 @@
+#ifndef TSGU_IN_TEMPLATE
+/* trisolve.c: sparse triangular solve by substitution, for each item k of a batch
+ *     X[k] = A[k]^{-1} X[k]     (trans = 0)   or   X[k] = A[k]^{-T} X[k]   (trans = 1)
+ * in place: X holds the right-hand side B on entry and the solution on return.
+ * A is upper or lower triangular CSR with sorted rows; with unit set its
+ * diagonal is implicit ones and must not be stored.
+ *   A x = b:    row-oriented substitution, x[i] = (b[i] - sum_{j!=i} a_ij x[j]) / a_ii
+ *   A^T x = b:  column-oriented substitution on the same rows, no A^T built:
+ *               x[i] = b[i] / a_ii, then b[j] -= a_ij x[i] for the other j of row i,
+ *               taking the rows in the order that makes row i final when reached.
+ * A first O(nnz) pass checks the whole structure (pointers, column range and
+ * order, side of the diagonal, diagonal present and non-zero) before any
+ * solving, so a bad matrix is an error, never inf/nan or an out-of-bounds read.
+ * Items are independent and go to threads whole; the columns of X are solved
+ * together (every row update is an axpy over p), so the result does not
+ * depend on the thread count. */
+#include <pthread.h>
+#include "tsgu.h"
+
+#define TSGU_TRI_MAX_THREADS 64
+
+typedef struct {
+    const tsgu_csr *A;
+    tsgu_dense *X;
+    int upper, unit, trans;
+} trisolve_ctx;
+
+#define TSGU_TEMPLATE_FILE "trisolve.c"
+#include "tsgu_template.h"
+
+typedef struct {
+    int (*fn)(const trisolve_ctx *, int64_t, int64_t);
+    const trisolve_ctx *x;
+    int64_t k0, k1;
+    int status;
+} tri_chunk;
+
+static void *tri_run(void *arg)
+{
+    tri_chunk *c = arg;
+    c->status = c->fn(c->x, c->k0, c->k1);
+    return NULL;
+}
+
+int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads)
+{
+    trisolve_ctx x = {A, X, upper, unit, trans};
+    int (*check)(const trisolve_ctx *, int64_t, int64_t) = TSGU_PICK(tri_check, A->rtype, A->itype);
+    int (*solve)(const trisolve_ctx *, int64_t, int64_t) = TSGU_PICK(tri_solve, A->rtype, A->itype);
+    int64_t b = A->batch, T = nthreads < 1 ? 1 : nthreads;
+    int status = check(&x, 0, b);              /* whole structure first, O(nnz) */
+    if (status != TSGU_OK) return status;
+    if (T > TSGU_TRI_MAX_THREADS) T = TSGU_TRI_MAX_THREADS;
+    if (T > b) T = b;
+    if ((A->nnz + A->nrows) * (X->cols + 1) * 4 < (1 << 16) * T) T = 1; /* too small to split */
+    if (T <= 1) return b ? solve(&x, 0, b) : TSGU_OK;
+
+    tri_chunk c[TSGU_TRI_MAX_THREADS];
+    pthread_t tid[TSGU_TRI_MAX_THREADS];
+    int started[TSGU_TRI_MAX_THREADS] = {0};
+    for (int64_t t = 0; t < T; t++)            /* whole items per thread */
+        c[t] = (tri_chunk){solve, &x, b * t / T, b * (t + 1) / T, TSGU_OK};
+    for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&tid[t], NULL, tri_run, &c[t]) == 0;
+    tri_run(&c[0]);
+    status = c[0].status;
+    for (int64_t t = 1; t < T; t++) {
+        if (started[t]) pthread_join(tid[t], NULL);
+        else tri_run(&c[t]);                   /* no thread to be had: do its share here */
+        if (status == TSGU_OK) status = c[t].status;
+    }
+    return status;
+}
+
+#else /* template body: real_t, idx_t, TSGU_FN */
+
+/* items [k0, k1): every row's pointers and columns valid, every entry on the
+ * allowed side, and (unless unit) the diagonal stored and non-zero.  Sorted
+ * columns put the diagonal first in an upper row and last in a lower row. */
+static int TSGU_FN(tri_check)(const trisolve_ctx *x, int64_t k0, int64_t k1)
+{
+    const tsgu_csr *A = x->A;
+    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const real_t *Ax = A->val;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
+    for (int64_t k = k0; k < k1; k++) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t q = k * A->ptr_stride + i, off = k * A->entry_stride;
+            int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
+            if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+            int64_t prev = -1;
+            for (int64_t e = start; e < end; e++) {
+                int64_t j = Aj[e];
+                if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+                prev = j;
+                if (x->upper ? j < i : j > i) return TSGU_ETRI_SIDE;
+                if (j == i && x->unit) return TSGU_EDIAG_UNIT;
+            }
+            if (!x->unit) {
+                int64_t d = x->upper ? start : end - 1; /* where the diagonal must be */
+                if (start == end || Aj[d] != i || Ax[d] == 0) return TSGU_EDIAG_ZERO;
+            }
+        }
+    }
+    return TSGU_OK;
+}
+
+/* solve items [k0, k1) in place; the structure has been checked */
+static int TSGU_FN(tri_solve)(const trisolve_ctx *x, int64_t k0, int64_t k1)
+{
+    const tsgu_csr *A = x->A;
+    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const real_t *Ax = A->val;
+    int64_t n = A->nrows, p = x->X->cols, ld = x->X->rstride;
+    /* A x = b visits rows towards the diagonal's far end; A^T x = b the other way */
+    int forward = x->trans ? x->upper : !x->upper;
+    for (int64_t k = k0; k < k1; k++) {
+        real_t *Xk = (real_t *)x->X->data + k * x->X->bstride;
+        int64_t off = k * A->entry_stride;
+        for (int64_t s = 0; s < n; s++) {
+            int64_t i = forward ? s : n - 1 - s, q = k * A->ptr_stride + i;
+            int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
+            real_t d = 1;
+            if (!x->unit) {                    /* diagonal: first (upper) or last (lower) */
+                if (x->upper) d = Ax[start++];
+                else d = Ax[--end];
+            }
+            real_t *restrict xi = Xk + i * ld;
+            if (!x->trans) {                   /* x[i] = (b[i] - sum a_ij x[j]) / a_ii */
+                for (int64_t e = start; e < end; e++) {
+                    const real_t a = Ax[e];
+                    const real_t *restrict xj = Xk + (int64_t)Aj[e] * ld;
+                    for (int64_t t = 0; t < p; t++) xi[t] -= a * xj[t];
+                }
+                if (d != 1)
+                    for (int64_t t = 0; t < p; t++) xi[t] /= d;
+            } else {                           /* x[i] = b[i] / a_ii; b[j] -= a_ij x[i] */
+                if (d != 1)
+                    for (int64_t t = 0; t < p; t++) xi[t] /= d;
+                for (int64_t e = start; e < end; e++) {
+                    const real_t a = Ax[e];
+                    real_t *restrict xj = Xk + (int64_t)Aj[e] * ld;
+                    for (int64_t t = 0; t < p; t++) xj[t] -= a * xi[t];
+                }
+            }
+        }
+    }
+    return TSGU_OK;
+}
+
+#endif

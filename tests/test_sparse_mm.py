@@ -1,0 +1,540 @@
+"""Tests of sparse_mm against dense PyTorch autograd and gradcheck.
+
+Reference: the same product on A.to_dense() with torch autograd; A's gradient is
+compared at A's stored positions (the dense gradient masked by A's pattern).
+"""
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torchsparsegradutils as tsgu
+from torchsparsegradutils import _kernels, sparse_csr_tensor, sparse_mm
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+# ---------------------------------------------------------------- inputs
+def random_dense(batch, n, m, nnz_per_item, dtype, gen, empty_rows=True):
+    """Dense (batch, n, m) with exactly nnz_per_item nonzeros per item; row 0 empty if asked."""
+    out = torch.zeros(batch, n, m, dtype=dtype)
+    first = 1 if empty_rows and n > 1 else 0
+    cells = (n - first) * m
+    k = min(nnz_per_item, cells)
+    for b in range(batch):
+        pos = torch.randperm(cells, generator=gen)[:k] + first * m
+        out[b].view(-1)[pos] = torch.randn(k, generator=gen, dtype=dtype)
+        out[b].view(-1)[pos[out[b].view(-1)[pos] == 0]] = 1.0
+    return out
+
+
+def to_layout(D, layout, itype, gen):
+    """D (batch, n, m) dense -> sparse in the requested layout; 2D if batch dim is None."""
+    if layout == "csr":
+        A = D.to_sparse_csr()
+        return torch.sparse_csr_tensor(A.crow_indices().to(itype), A.col_indices().to(itype),
+                                       A.values(), D.shape)
+    A = D.to_sparse().coalesce()
+    if layout == "coo":
+        return A
+    # uncoalesced: split some entries into two duplicates, shuffle the order
+    idx, val = A.indices(), A.values()
+    nd = max(1, val.numel() // 3) if val.numel() else 0
+    part = torch.rand(nd, generator=gen, dtype=val.dtype)
+    dup_idx = idx[:, :nd]
+    val = val.clone()
+    dup_val = val[:nd] * part
+    val[:nd] -= dup_val
+    idx2 = torch.cat([idx, dup_idx], 1)
+    val2 = torch.cat([val, dup_val])
+    perm = torch.randperm(val2.numel(), generator=gen)
+    U = torch.sparse_coo_tensor(idx2[:, perm], val2[perm], D.shape)
+    assert nd == 0 or not U.is_coalesced()
+    return U
+
+
+def make_case(layout, batched, n, m, p, nnz, dtype, itype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    b = 3 if batched else 1
+    D = random_dense(b, n, m, nnz, dtype, gen)
+    if not batched:
+        D = D[0]
+    A = to_layout(D, layout, itype, gen)
+    B = torch.randn(*D.shape[:-2], m, p, generator=gen, dtype=dtype)
+    G = torch.randn(*D.shape[:-2], n, p, generator=gen, dtype=dtype)
+    return A, B, G, D
+
+
+def dense_reference(D, B, G):
+    Dd = D.clone().requires_grad_()
+    Bd = B.clone().requires_grad_()
+    C = Dd @ Bd
+    C.backward(G)
+    return C.detach(), Dd.grad, Bd.grad
+
+
+def check_against_dense(A, B, G, D, tol):
+    A = A.detach().requires_grad_()
+    B = B.clone().requires_grad_()
+    C = sparse_mm(A, B)
+    C.backward(G)
+    Cr, gDr, gBr = dense_reference(D, B.detach(), G)
+    torch.testing.assert_close(C, Cr, **tol)
+    torch.testing.assert_close(B.grad, gBr, **tol)
+    gA = A.grad
+    assert gA.layout == A.layout and gA.shape == A.shape
+    pattern = (D != 0).to(D.dtype) if A.layout == torch.sparse_csr else \
+        torch.sparse_coo_tensor(A.detach().coalesce().indices(),
+                                torch.ones(A.detach().coalesce()._nnz(), dtype=D.dtype), D.shape).to_dense()
+    torch.testing.assert_close(gA.to_dense(), gDr * pattern, **tol)
+    # the gradient lives on A's (coalesced) pattern, nowhere else
+    if A.layout == torch.sparse_coo:
+        Ac = A.detach().coalesce()
+        assert gA._nnz() == Ac._nnz()
+        assert torch.equal(gA._indices(), Ac.indices())
+    else:
+        assert torch.equal(gA.crow_indices(), A.crow_indices())
+        assert torch.equal(gA.col_indices(), A.col_indices())
+    return C
+
+
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-10, atol=1e-10)}
+
+GRID = [
+    # layout, batched, itype
+    ("coo", False, torch.int64), ("coo_uncoalesced", False, torch.int64),
+    ("csr", False, torch.int64), ("csr", False, torch.int32),
+    ("coo", True, torch.int64), ("coo_uncoalesced", True, torch.int64),
+    ("csr", True, torch.int64), ("csr", True, torch.int32),
+]
+SHAPES = [(7, 5, 3, 12), (5, 9, 1, 10), (30, 40, 17, 200), (4, 4, 0, 5), (6, 3, 2, 0)]  # n, m, p, nnz
+
+
+@pytest.fixture(params=["c_kernels", "torch_ops"])
+def path(request):
+    """Run each correctness test through the C kernels and through the torch-ops
+    path that non-CPU tensors take (exercised here on CPU)."""
+    _kernels._force_torch_ops = request.param == "torch_ops"
+    yield request.param
+    _kernels._force_torch_ops = False
+
+
+@pytest.mark.parametrize("layout,batched,itype", GRID)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n,m,p,nnz", SHAPES)
+def test_matches_dense_autograd(path, layout, batched, itype, dtype, n, m, p, nnz):
+    A, B, G, D = make_case(layout, batched, n, m, p, nnz, dtype, itype)
+    check_against_dense(A, B, G, D, TOL[dtype])
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_noncontiguous_B_and_G(path, layout, batched):
+    A, B, G, D = make_case(layout, batched, 8, 6, 5, 20, torch.float64, torch.int64)
+    Bt = B.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, column-major
+    assert not Bt.is_contiguous()
+    C = check_against_dense(A, Bt, G, D, TOL[torch.float64])
+    # a strided view of a larger tensor (row stride > p)
+    Bwide = torch.randn(*B.shape[:-1], 2 * B.shape[-1], dtype=B.dtype)[..., ::2]
+    Bwide_view = torch.cat([B, B], -1)[..., : B.shape[-1]]
+    assert not Bwide_view.is_contiguous()
+    torch.testing.assert_close(sparse_mm(A, Bwide_view), C.detach())
+    torch.testing.assert_close(sparse_mm(A, Bwide), D @ Bwide)
+    # an expanded (stride 0) upstream gradient, as sum() produces
+    A2 = A.detach().requires_grad_()
+    sparse_mm(A2, B).sum().backward()
+    ref = dense_reference(D, B, torch.ones(*D.shape[:-1], B.shape[-1], dtype=B.dtype))[1]
+    torch.testing.assert_close(A2.grad.to_dense(), ref * (D != 0))
+
+
+def test_empty_sizes():
+    for n, m, p in [(0, 4, 3), (4, 0, 3), (4, 3, 0), (0, 0, 0)]:
+        A = torch.zeros(n, m).to_sparse().requires_grad_()
+        B = torch.randn(m, p, requires_grad=True)
+        C = sparse_mm(A, B)
+        assert C.shape == (n, p) and torch.all(C == 0)
+        C.sum().backward()
+        assert B.grad.shape == (m, p) and torch.all(B.grad == 0)
+        assert A.grad._nnz() == 0
+    Ab = torch.zeros(0, 3, 4).to_sparse()
+    assert sparse_mm(Ab, torch.randn(0, 4, 2)).shape == (0, 3, 2)
+    Ac = torch.sparse_csr_tensor(torch.zeros(2, 4, dtype=torch.int64), torch.zeros(2, 0, dtype=torch.int64),
+                                 torch.zeros(2, 0), (2, 3, 5))
+    assert torch.equal(sparse_mm(Ac, torch.randn(2, 5, 2)), torch.zeros(2, 3, 2))
+
+
+# ---------------------------------------------------------------- gradcheck (float64, through the values)
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_gradcheck_through_values(layout, batched):
+    A, B, _, _ = make_case(layout, batched, 6, 5, 3, 9, torch.float64, torch.int64, seed=1)
+    B = B.requires_grad_()
+    if layout == "csr":
+        crow, col = A.crow_indices(), A.col_indices()
+        values = A.values().clone().requires_grad_()
+
+        def f(v, B):
+            return sparse_mm(sparse_csr_tensor(crow, col, v, A.shape), B)
+    else:
+        idx = A._indices()
+        values = A._values().clone().requires_grad_()
+
+        def f(v, B):
+            return sparse_mm(torch.sparse_coo_tensor(idx, v, A.shape), B)
+    assert torch.autograd.gradcheck(f, (values, B))
+
+
+def test_values_grad_of_uncoalesced_coo_duplicates():
+    """Each duplicate contributes linearly with coefficient 1: each gets the entry's derivative."""
+    idx = torch.tensor([[0, 1, 0, 2], [1, 0, 1, 2]])
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64, requires_grad=True)
+    B = torch.randn(3, 2, dtype=torch.float64)
+    G = torch.randn(3, 2, dtype=torch.float64)
+    sparse_mm(torch.sparse_coo_tensor(idx, v, (3, 3)), B).backward(G)
+    expect = torch.stack([G[i] @ B[j] for i, j in idx.t().tolist()])
+    torch.testing.assert_close(v.grad, expect)
+
+
+def test_sparse_csr_tensor_never_densifies():
+    """Our CSR constructor's backward maps the gradient onto values without to_dense."""
+    D = random_dense(1, 50, 40, 100, torch.float64, torch.Generator().manual_seed(3))[0]
+    S = D.to_sparse_csr()
+    v = S.values().clone().requires_grad_()
+    B = torch.randn(40, 4, dtype=torch.float64)
+    with torch.autograd.profiler.profile() as prof:
+        sparse_mm(sparse_csr_tensor(S.crow_indices(), S.col_indices(), v, S.shape), B).sum().backward()
+    names = {e.name for e in prof.function_events}
+    assert not any("to_dense" in nm for nm in names), names
+    ref = dense_reference(D, B, torch.ones(50, 4, dtype=torch.float64))[1]
+    torch.testing.assert_close(v.grad, ref[D != 0])
+
+
+def test_sparse_csr_tensor_with_other_gradients():
+    """A gradient that arrives dense, or on another sparse pattern, is gathered at the pattern."""
+    from torchsparsegradutils.sparse_tensor import _values_at_pattern
+    A, _, _, D = make_case("csr", False, 5, 6, 2, 8, torch.float64, torch.int64, seed=4)
+    v = A.values().clone().requires_grad_()
+    S = sparse_csr_tensor(A.crow_indices(), A.col_indices(), v, A.shape)
+    W = torch.randn(D.shape, dtype=torch.float64)
+    (S.to_dense() * W).sum().backward()
+    torch.testing.assert_close(v.grad, W[D != 0])
+    assert torch.autograd.gradcheck(
+        lambda v: sparse_csr_tensor(A.crow_indices(), A.col_indices(), v, A.shape).to_dense(), (v,))
+    # batched pattern (torch cannot differentiate to_dense of batched CSR; call the mapping directly)
+    Ab, _, _, Db = make_case("csr", True, 5, 6, 2, 8, torch.float64, torch.int64, seed=4)
+    Wb = torch.randn(Db.shape, dtype=torch.float64)
+    got = _values_at_pattern(Wb, Ab.crow_indices(), Ab.col_indices())
+    torch.testing.assert_close(got, Wb[Db != 0].reshape(Ab.values().shape))
+    Wsp = (Wb * (torch.rand(Db.shape) < 0.5)).to_sparse()   # another sparse pattern
+    got = _values_at_pattern(Wsp, Ab.crow_indices(), Ab.col_indices())
+    torch.testing.assert_close(got, Wsp.to_dense()[Db != 0].reshape(Ab.values().shape))
+
+
+# ---------------------------------------------------------------- published examples
+def test_published_examples():
+    indices = torch.tensor([[0, 0, 1, 1, 2, 2], [0, 2, 1, 3, 0, 2]])
+    values = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    A = torch.sparse_coo_tensor(indices, values, (3, 4))
+    B = torch.randn(4, 2)
+    out = sparse_mm(A, B)
+    assert out.shape == torch.Size([3, 2])
+    torch.testing.assert_close(out, A.to_dense() @ B)
+    A_batch = torch.stack([A, A])
+    B_batch = torch.randn(2, 4, 2)
+    out = sparse_mm(A_batch, B_batch)
+    assert out.shape == torch.Size([2, 3, 2])
+    torch.testing.assert_close(out, A_batch.to_dense() @ B_batch)
+    A.requires_grad_(True)
+    B.requires_grad_(True)
+    sparse_mm(A, B).sum().backward()
+    assert A.grad.is_sparse
+    assert A.grad._nnz() == 6
+
+
+# ---------------------------------------------------------------- errors
+def test_error_contract():
+    A = torch.eye(3).to_sparse()
+    B = torch.randn(3, 2)
+    cases = [
+        ((A.to_dense().tolist(), B), ValueError, "instances of torch.Tensor"),
+        ((A, B.numpy()), ValueError, "instances of torch.Tensor"),
+        ((torch.ones(3).to_sparse(), torch.ones(3)), ValueError, "at least 2-dimensional"),
+        ((A, torch.randn(1, 3, 2)), ValueError, "both be 2D or both be 3D"),
+        ((torch.zeros(1, 1, 3, 3).to_sparse(), torch.randn(1, 1, 3, 2)), ValueError, "both be 2D or both be 3D"),
+        ((A.to_dense(), B), ValueError, "COO or CSR"),
+        ((A.to_sparse_csc(), B), ValueError, "COO or CSR"),
+        ((A, B.to_sparse()), ValueError, "dense \\(strided\\)"),
+        ((torch.stack([A, A]), torch.randn(3, 3, 2)), ValueError, "same batch size"),
+        ((A, torch.randn(4, 2)), ValueError, "Incompatible inner dimensions"),
+        ((A.half(), B.half()), TypeError, "float32 and float64"),
+        ((A.to(torch.bfloat16), B.to(torch.bfloat16)), TypeError, "float32 and float64"),
+        ((A.to(torch.complex64), B.to(torch.complex64)), TypeError, "float32 and float64"),
+        ((A, B.double()), TypeError, "same dtype"),
+        ((A.double(), B), TypeError, "same dtype"),
+        ((torch.sparse_coo_tensor(torch.tensor([[0], [1]]), torch.ones(1, 2), (3, 3, 2)), B),
+         ValueError, "both be 2D or both be 3D"),
+        ((torch.sparse_coo_tensor(torch.tensor([[0], [1]]), torch.ones(1, 2), (3, 3, 2)), torch.randn(3, 3, 2)),
+         ValueError, "dense dimensions"),
+    ]
+    for args, exc, match in cases:
+        with pytest.raises(exc, match=match):
+            sparse_mm(*args)
+
+
+def test_error_devices():
+    if not HAS_CUDA:
+        pytest.skip("needs a CUDA device to put A and B on different devices")
+    with pytest.raises(ValueError, match="same device"):
+        sparse_mm(torch.eye(3).to_sparse().cuda(), torch.randn(3, 2))
+
+
+MALFORMED = {
+    "csr_col_too_large": "torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 3]), torch.ones(2), (2, 3))",
+    "csr_col_negative": "torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, -1]), torch.ones(2), (2, 3))",
+    "csr_col_huge_int32": "torch.sparse_csr_tensor(torch.tensor([0, 1, 2], dtype=torch.int32), "
+                          "torch.tensor([0, 2**31 - 1], dtype=torch.int32), torch.ones(2), (2, 3))",
+    "csr_crow_decreasing": "torch.sparse_csr_tensor(torch.tensor([0, 2, 1, 3]), torch.tensor([0, 1, 2]), torch.ones(3), (3, 3))",
+    "csr_crow_last_not_nnz": "torch.sparse_csr_tensor(torch.tensor([0, 1, 5]), torch.tensor([0, 1]), torch.ones(2), (2, 3))",
+    "csr_crow_first_not_zero": "torch.sparse_csr_tensor(torch.tensor([1, 1, 2]), torch.tensor([0, 1]), torch.ones(2), (2, 3))",
+    "csr_crow_negative": "torch.sparse_csr_tensor(torch.tensor([0, -5, 2]), torch.tensor([0, 1]), torch.ones(2), (2, 3))",
+    "csr_cols_unsorted": "torch.sparse_csr_tensor(torch.tensor([0, 2, 2]), torch.tensor([2, 0]), torch.ones(2), (2, 3))",
+    "csr_cols_repeated": "torch.sparse_csr_tensor(torch.tensor([0, 2, 2]), torch.tensor([1, 1]), torch.ones(2), (2, 3))",
+    "csr_batched_bad_item": "torch.sparse_csr_tensor(torch.tensor([[0, 1, 2], [0, 2, 1]]), torch.tensor([[0, 1], [0, 1]]), "
+                            "torch.ones(2, 2), (2, 2, 3))",
+    "coo_row_too_large": "torch.sparse_coo_tensor(torch.tensor([[0, 7], [0, 1]]), torch.ones(2), (2, 3))",
+    "coo_col_too_large": "torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, 3]]), torch.ones(2), (2, 3))",
+    "coo_negative": "torch.sparse_coo_tensor(torch.tensor([[0, -1], [0, 1]]), torch.ones(2), (2, 3))",
+    "coo_col_would_fold": "torch.sparse_coo_tensor(torch.tensor([[0, 0], [0, 5]]), torch.ones(2), (2, 3))",
+    "coo_batch_too_large": "torch.sparse_coo_tensor(torch.tensor([[0, 2], [0, 1], [0, 1]]), torch.ones(2), (2, 2, 3))",
+    "coo_false_coalesced_flag": "torch.sparse_coo_tensor(torch.tensor([[1, 0], [0, 1]]), torch.ones(2), (2, 3), is_coalesced=True)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_indices_raise_in_child(name):
+    """Malformed structure is a ValueError found in C; run in a child so a crash fails the test."""
+    code = textwrap.dedent(f"""
+        import warnings, torch
+        warnings.simplefilter("ignore")
+        from torchsparsegradutils import sparse_mm
+        A = {MALFORMED[name]}
+        B = torch.randn(A.shape[-1], 2).expand(*A.shape[:-2], A.shape[-1], 2).contiguous()
+        before = [t.clone() for t in ((A._indices(), A._values()) if A.layout == torch.sparse_coo
+                                       else (A.crow_indices(), A.col_indices(), A.values()))]
+        try:
+            sparse_mm(A, B)
+        except ValueError as e:
+            after = ((A._indices(), A._values()) if A.layout == torch.sparse_coo
+                     else (A.crow_indices(), A.col_indices(), A.values()))
+            assert all(torch.equal(x, y) for x, y in zip(before, after))
+            print("VALUEERROR", e)
+        else:
+            print("NO ERROR")
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"child crashed or failed (rc={r.returncode}): {r.stderr[-2000:]}"
+    assert "VALUEERROR malformed sparse matrix" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_private_kernels_check_their_arguments():
+    """The C entry points validate shapes, dtypes and devices themselves."""
+    from torchsparsegradutils import _C
+    ptr, col, val = torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2)
+    B, C = torch.ones(3, 2), torch.empty(2, 2)
+    _C.spmm(ptr, col, val, None, 1, 2, 3, B, C, 1)
+    torch.testing.assert_close(C, torch.ones(2, 2))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        _C.spmm(ptr.float(), col, val, None, 1, 2, 3, B, C, 1)
+    with pytest.raises(TypeError, match="same dtype"):
+        _C.spmm(ptr, col.int(), val, None, 1, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="one value per entry"):
+        _C.spmm(ptr, col, torch.ones(3), None, 1, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="shape"):
+        _C.spmm(ptr, col, val, None, 1, 2, 3, torch.ones(4, 2), C, 1)
+    with pytest.raises(TypeError, match="dtype of the sparse values"):
+        _C.spmm(ptr, col, val, None, 1, 2, 3, B.double(), C, 1)
+    with pytest.raises(ValueError, match="unit stride"):
+        _C.spmm(ptr, col, val, None, 1, 2, 3, B, torch.empty(2, 4)[:, ::2], 1)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        _C.spmm(ptr, col, val, None, 1, 2, 3, B, torch.empty(4, 2)[::2], 1)
+    with pytest.raises(ValueError, match="must have shape"):
+        _C.spmm(ptr, col, val, None, 2, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="permutation|one entry per nonzero"):
+        _C.spmm(ptr, col, val, torch.tensor([0]), 1, 2, 3, B, C, 1)
+    with pytest.raises(RuntimeError, match="internal error"):
+        _C.spmm(ptr, col, val, torch.tensor([0, 5]), 1, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        _C.sddmm(torch.tensor([0, 2, 4])[::1], torch.tensor([0, 1, 2, 3])[::2], 1, 2, 3, C, B, torch.empty(2), 1)
+    with pytest.raises(ValueError, match="indices must be int64"):
+        _C.coo_row_ptr(torch.zeros(3, 2, dtype=torch.int64), (2, 2), None)
+    with pytest.raises(ValueError, match="sizes"):
+        _C.coo_row_ptr(torch.zeros(2, 2, dtype=torch.int64), (2,), None)
+
+
+# ---------------------------------------------------------------- semantics and hygiene
+def test_inputs_unchanged_and_inplace_edits_detected():
+    A, B, G, _ = make_case("coo", False, 9, 7, 4, 20, torch.float64, torch.int64)
+    idx, v = A.indices().clone(), A.values().clone()
+    values = v.clone().requires_grad_()
+    B = B.requires_grad_()
+    Bc = B.detach().clone()
+    sparse_mm(torch.sparse_coo_tensor(idx, values, A.shape), B).backward(G)
+    assert torch.equal(values.detach(), v) and torch.equal(B.detach(), Bc) and torch.equal(A.indices(), idx)
+    # an in-place edit between forward and backward raises, never a silently wrong gradient
+    for edit in ("values", "B"):
+        values = v.clone().requires_grad_()
+        Bx = Bc.clone().requires_grad_()
+        C = sparse_mm(torch.sparse_coo_tensor(idx, values, A.shape), Bx)
+        with torch.no_grad():
+            (values if edit == "values" else Bx).mul_(2)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            C.backward(G)
+    S = A.to_sparse_csr()
+    values = S.values().clone().requires_grad_()
+    C = sparse_mm(sparse_csr_tensor(S.crow_indices(), S.col_indices(), values, S.shape), Bc.clone().requires_grad_())
+    with torch.no_grad():
+        values.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        C.backward(G)
+
+
+def test_values_of_nonleaf_are_copied_when_unguarded():
+    """A's values made by an op (not a leaf): an edit cannot be detected, so grad_B
+    must use the values of the forward pass."""
+    A, B, G, D = make_case("coo", False, 6, 5, 3, 12, torch.float64, torch.int64)
+    w = A.values().clone().requires_grad_()
+    vals = w * 1.0
+    Bx = B.clone().requires_grad_()
+    C = sparse_mm(torch.sparse_coo_tensor(A.indices(), vals, A.shape), Bx)
+    with torch.no_grad():
+        vals.mul_(5)
+    C.backward(G)
+    torch.testing.assert_close(Bx.grad, D.t() @ G)
+
+
+def test_grad_only_when_needed():
+    A, B, G, _ = make_case("csr", False, 6, 5, 3, 12, torch.float64, torch.int64)
+    Bx = B.clone().requires_grad_()
+    sparse_mm(A, Bx).backward(G)           # A needs no gradient
+    assert A.grad is None and Bx.grad is not None
+    Ax = A.detach().requires_grad_()
+    sparse_mm(Ax, B).backward(G)           # B needs no gradient
+    assert Ax.grad is not None and B.grad is None
+
+
+def test_same_bits_for_1_and_2_threads():
+    A, B, G, _ = make_case("csr", True, 700, 600, 24, 6000, torch.float32, torch.int32, seed=5)
+    results = []
+    old = torch.get_num_threads()
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            Ax = A.detach().requires_grad_()
+            Bx = B.clone().requires_grad_()
+            C = sparse_mm(Ax, Bx)
+            C.backward(G)
+            results.append((C, Ax.grad.values(), Bx.grad))
+    finally:
+        torch.set_num_threads(old)
+    for x, y in zip(*results):
+        assert torch.equal(x, y)
+
+
+def test_no_leaked_references():
+    A, B, G, _ = make_case("coo", False, 20, 15, 4, 40, torch.float32, torch.int64)
+    S = A.to_sparse_csr()
+    for A_ in (A, S):
+        A_ = A_.detach().requires_grad_()
+        B_ = B.clone().requires_grad_()
+        for _ in range(3):                        # warm caches
+            sparse_mm(A_, B_).backward(G)
+        gc.collect()
+        refs = (sys.getrefcount(A_), sys.getrefcount(B_), sys.getrefcount(G))
+        for _ in range(1000):
+            A_.grad = None
+            B_.grad = None
+            sparse_mm(A_, B_).backward(G)
+        gc.collect()
+        assert (sys.getrefcount(A_), sys.getrefcount(B_), sys.getrefcount(G)) == refs
+
+
+def test_training_loop_learns_sparse_weights():
+    """A sparse linear layer with a learnable values Parameter, trained with Adam."""
+    gen = torch.Generator().manual_seed(7)
+    n, m, p = 30, 20, 16
+    D = random_dense(1, n, m, 80, torch.float32, gen, empty_rows=False)[0]
+    S = D.to_sparse_csr()
+
+    class SparseLinear(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.crow, self.col = S.crow_indices(), S.col_indices()
+            self.values = torch.nn.Parameter(torch.zeros(S.values().shape))
+
+        def forward(self, X):
+            return sparse_mm(sparse_csr_tensor(self.crow, self.col, self.values, (n, m)), X)
+
+    model = SparseLinear()
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    X = torch.randn(m, p, generator=gen)
+    Y = D @ X
+    losses = []
+    for _ in range(300):
+        opt.zero_grad()
+        loss = ((model(X) - Y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 1e-3 * losses[0]
+    torch.testing.assert_close(model.values.detach(), S.values(), rtol=0.05, atol=0.05)
+
+
+def test_bilinear_form_huge_n_small_memory():
+    """x^T A y with n = m = 2e6: grad w.r.t. A's values is x[i] y[j], O(nnz) memory."""
+    code = textwrap.dedent("""
+        import json, resource, torch
+        from torchsparsegradutils import sparse_mm
+        n = 2_000_000
+        nnz = 4_000_000
+        g = torch.Generator().manual_seed(0)
+        rows = torch.randint(0, n, (nnz,), generator=g)
+        cols = torch.randint(0, n, (nnz,), generator=g)
+        A = torch.sparse_coo_tensor(torch.stack([rows, cols]), torch.randn(nnz, generator=g), (n, n)).coalesce()
+        A.requires_grad_(True)
+        x = torch.randn(n, 1, generator=g)
+        y = torch.randn(n, 1, generator=g)
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        f = (x * sparse_mm(A, y)).sum()
+        f.backward()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        i, j = A.detach().indices()
+        expect = x[i, 0] * y[j, 0]
+        ok = torch.allclose(A.grad._values(), expect, rtol=1e-5, atol=1e-6)
+        Ad = A.detach()
+        ref = (x[i, 0] * Ad.values() * y[j, 0]).sum()
+        print(json.dumps({"peak_mb": peak / 1024, "delta_mb": (peak - base) / 1024, "grad_ok": ok,
+                          "f_ok": abs(f.item() - ref.item()) <= 1e-3 * max(1.0, abs(ref.item()))}))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["grad_ok"] and out["f_ok"]
+    assert out["peak_mb"] < 2048, out
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+@pytest.mark.parametrize("layout,batched,itype", GRID)
+def test_cuda_matches_dense(layout, batched, itype):
+    A, B, G, D = make_case(layout, batched, 30, 40, 17, 200, torch.float64, itype)
+    check_against_dense(A.cuda(), B.cuda(), G.cuda(), D.cuda(), TOL[torch.float64])
+
+
+def test_version_and_exports():
+    assert tsgu.__version__
+    assert set(tsgu.__all__) >= {"sparse_mm", "sparse_csr_tensor"}
+    assert os.path.basename(tsgu._C.__file__).startswith("_C")
