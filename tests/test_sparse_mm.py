@@ -189,6 +189,16 @@ def test_gradcheck_through_values(layout, batched):
     assert torch.autograd.gradcheck(f, (values, B))
 
 
+def test_double_backward_raises_instead_of_dropping_terms():
+    A, B, G, _ = make_case("coo", False, 5, 4, 3, 8, torch.float64, torch.int64)
+    v = A.values().clone().requires_grad_()
+    Bx = B.clone().requires_grad_()
+    C = sparse_mm(torch.sparse_coo_tensor(A.indices(), v, A.shape), Bx)
+    (gB,) = torch.autograd.grad((C * G).sum(), Bx, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
+        torch.autograd.grad(gB.sum(), v)
+
+
 def test_values_grad_of_uncoalesced_coo_duplicates():
     """Each duplicate contributes linearly with coefficient 1: each gets the entry's derivative."""
     idx = torch.tensor([[0, 1, 0, 2], [1, 0, 1, 2]])

@@ -1,5 +1,6 @@
 """sparse_mm: sparse A times dense B, with a gradient for A that stays sparse."""
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _kernels
 from ._csr import as_csr
@@ -90,6 +91,7 @@ class SparseMatMul(torch.autograd.Function):
         return C
 
     @staticmethod
+    @once_differentiable  # the C backward records no graph: double backward must raise, not drop terms
     def backward(ctx, G):
         ptr, col, values, B, _ = ctx.saved_tensors
         view = ctx.view._replace(ptr=ptr, col=col, values=values)
