@@ -13,6 +13,8 @@ typedef struct {
 } sddmm_ctx;
 
 #define TSGU_LANES 8 /* independent partial sums: lets the compiler vectorize the dot */
+#define TSGU_AHEAD 8 /* entries ahead of the one being summed whose B row is prefetched */
+#define TSGU_LINE 64 /* bytes per cache line */
 
 #define TSGU_TEMPLATE_FILE "sddmm.c"
 #include "tsgu_template.h"
@@ -27,7 +29,7 @@ int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
-static real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y, int64_t p)
+TSGU_ISA_ATTR static real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y, int64_t p)
 {
     real_t acc[TSGU_LANES] = {0};
     int64_t t = 0;
@@ -39,7 +41,7 @@ static real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y, i
     return s;
 }
 
-static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
+TSGU_ISA_ATTR static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
 {
     const sddmm_ctx *x = vctx;
     const tsgu_csr *A = x->A;
@@ -58,6 +60,9 @@ static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
             prev = j;
+            if (e + TSGU_AHEAD < end)   /* fetch a B row we will need soon; it cannot fault */
+                for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
+                    TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * x->B->rstride + t);
             out[e] = TSGU_FN(dot)(g, Bk + j * x->B->rstride, p);
         }
     }

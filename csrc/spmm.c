@@ -13,6 +13,9 @@ typedef struct {
     tsgu_dense *C;
 } spmm_ctx;
 
+#define TSGU_AHEAD 8  /* entries ahead of the one being summed whose B row is prefetched */
+#define TSGU_LINE 64  /* bytes per cache line */
+
 #define TSGU_TEMPLATE_FILE "spmm.c"
 #include "tsgu_template.h"
 
@@ -25,7 +28,7 @@ int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthread
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
-static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
+TSGU_ISA_ATTR static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
 {
     const spmm_ctx *x = vctx;
     const tsgu_csr *A = x->A;
@@ -61,6 +64,9 @@ static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
             if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
             if (src < 0 || src >= nnz) return TSGU_EPERM;
             prev = j;
+            if (e + TSGU_AHEAD < end)   /* fetch a B row we will need soon; it cannot fault */
+                for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
+                    TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * ldb + t);
             const real_t a = Ax[src];
             const real_t *restrict b = Bk + j * ldb;
             for (int64_t t = 0; t < p; t++) c[t] += a * b[t];   /* c += a * B[j,:] */

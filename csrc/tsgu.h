@@ -74,6 +74,27 @@ static inline int64_t tsgu_ptr_at(const tsgu_csr *A, int64_t q)
                                 : ((const int64_t *)A->ptr)[q];
 }
 
+/* x86-64 builds carry AVX2+FMA variants of the kernels beside the portable ones
+ * and choose at run time, so one build runs on any x86-64 processor. */
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define TSGU_X86_CLONES 1
+static inline int tsgu_use_avx2(void)
+{
+    static int use = -1;  /* racy first use is harmless: every thread computes the same value */
+    if (use < 0) use = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return use;
+}
+#else
+#define TSGU_X86_CLONES 0
+#endif
+
+/* a prefetch hint for memory read soon; no-op where unavailable */
+#if defined(__GNUC__) || defined(__clang__)
+#define TSGU_PREFETCH(addr) __builtin_prefetch((addr), 0, 1)
+#else
+#define TSGU_PREFETCH(addr) ((void)0)
+#endif
+
 /* start of global row r (0 <= r <= batch*nrows, batch >= 1) in the flat entry
  * arrays; used to balance threads, never to index memory */
 static inline int64_t tsgu_row_start(const tsgu_csr *A, int64_t r)

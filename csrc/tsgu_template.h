@@ -1,46 +1,37 @@
-/* tsgu_template.h: instantiate a kernel template for every (value, index) type pair.
+/* tsgu_template.h: instantiate a kernel template for every (value, index) type
+ * pair and, on x86-64, for two instruction sets.
  *
  * A kernel file defines TSGU_TEMPLATE_FILE as its own name and includes this
- * header; the file is then included once per pair with real_t, idx_t and
- * TSGU_FN(name) (name suffixed with the pair) defined.  One source, four
- * variants, no copy-paste. */
+ * header; the file is then included once per variant with real_t, idx_t,
+ * TSGU_FN(name) (name suffixed with the variant) and TSGU_ISA_ATTR (the
+ * function attribute selecting the instruction set) defined.  One source,
+ * every variant, no copy-paste; TSGU_PICK selects one at run time. */
 #define TSGU_IN_TEMPLATE 1
 
-#define real_t float
-#define idx_t int32_t
-#define TSGU_FN(name) name##_f32_i32
-#include TSGU_TEMPLATE_FILE
-#undef real_t
-#undef idx_t
-#undef TSGU_FN
+/* portable variants (baseline instruction set) */
+#define TSGU_ISA_ATTR
+#define TSGU_ISA(name) name
+#include "tsgu_template_types.h"
+#undef TSGU_ISA_ATTR
+#undef TSGU_ISA
 
-#define real_t float
-#define idx_t int64_t
-#define TSGU_FN(name) name##_f32_i64
-#include TSGU_TEMPLATE_FILE
-#undef real_t
-#undef idx_t
-#undef TSGU_FN
-
-#define real_t double
-#define idx_t int32_t
-#define TSGU_FN(name) name##_f64_i32
-#include TSGU_TEMPLATE_FILE
-#undef real_t
-#undef idx_t
-#undef TSGU_FN
-
-#define real_t double
-#define idx_t int64_t
-#define TSGU_FN(name) name##_f64_i64
-#include TSGU_TEMPLATE_FILE
-#undef real_t
-#undef idx_t
-#undef TSGU_FN
+#if TSGU_X86_CLONES /* AVX2+FMA variants, chosen at run time by tsgu_use_avx2() */
+#define TSGU_ISA_ATTR __attribute__((target("avx2,fma")))
+#define TSGU_ISA(name) name##_avx2
+#include "tsgu_template_types.h"
+#undef TSGU_ISA_ATTR
+#undef TSGU_ISA
+#endif
 
 #undef TSGU_IN_TEMPLATE
 
-/* the variant of fn for a (tsgu_real, tsgu_index) pair */
-#define TSGU_PICK(fn, rtype, itype)                                    \
-    ((rtype) == TSGU_F32 ? ((itype) == TSGU_I32 ? fn##_f32_i32 : fn##_f32_i64) \
-                         : ((itype) == TSGU_I32 ? fn##_f64_i32 : fn##_f64_i64))
+/* the variant of fn for a (tsgu_real, tsgu_index) pair on this processor */
+#define TSGU_PICK_TYPES(fn, sfx, rtype, itype)                                             \
+    ((rtype) == TSGU_F32 ? ((itype) == TSGU_I32 ? fn##_f32_i32##sfx : fn##_f32_i64##sfx) \
+                         : ((itype) == TSGU_I32 ? fn##_f64_i32##sfx : fn##_f64_i64##sfx))
+#if TSGU_X86_CLONES
+#define TSGU_PICK(fn, rtype, itype) \
+    (tsgu_use_avx2() ? TSGU_PICK_TYPES(fn, _avx2, rtype, itype) : TSGU_PICK_TYPES(fn, , rtype, itype))
+#else
+#define TSGU_PICK(fn, rtype, itype) TSGU_PICK_TYPES(fn, , rtype, itype)
+#endif

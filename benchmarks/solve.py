@@ -1,0 +1,177 @@
+"""Benchmark of the solves: ours against PyTorch's and SciPy's, on the same matrices.
+
+    python -m benchmarks.solve [--quick]
+
+* Triangular solve, forward and forward+backward: sparse_triangular_solve (C
+  kernels) against torch.triangular_solve with a CSR A (PyTorch's own sparse
+  triangular solve; it works on CPU in 2.x, but has no autograd for a sparse A,
+  so its forward+backward is timed as forward + the transposed solve for grad_B)
+  and scipy.sparse.linalg.spsolve_triangular (forward only).
+* Iterative solves, forward: our linear_cg / minres / lsmr against
+  scipy.sparse.linalg cg / minres / lsmr with matching tolerances.
+
+Correctness is checked before timing; each time is the median (and min) of
+>= 5 runs after a warm-up.  Results: benchmarks/results/solve_<stamp>.{json,md}.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+import torch
+
+from torchsparsegradutils import sparse_triangular_solve
+from torchsparsegradutils.utils import (ConvergenceWarning, MINRESSettings, linear_cg, lsmr, make_spd_sparse, minres,
+                                        rand_sparse, rand_sparse_tri)
+
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+warnings.filterwarnings("ignore", category=ConvergenceWarning)
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
+def timeit(fn, repeats):
+    fn()                                            # warm-up
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), min(ts)
+
+
+def to_scipy(A):
+    A = A.to_sparse_csr()
+    return sp.csr_matrix((A.values().numpy(), A.col_indices().numpy(), A.crow_indices().numpy()), shape=A.shape)
+
+
+def bench_triangular(n, nnz, p, repeats):
+    A = rand_sparse_tri((n, n), nnz, torch.sparse_csr, upper=False, values_dtype=torch.float64,
+                        well_conditioned=True)
+    B = torch.randn(n, p, dtype=torch.float64)
+    As = to_scipy(A)
+    X = sparse_triangular_solve(A, B, upper=False)
+    Xt = torch.triangular_solve(B, A, upper=False).solution
+    assert torch.allclose(X, Xt, rtol=1e-8, atol=1e-10), "ours and torch.triangular_solve disagree"
+
+    Ag = A.detach().requires_grad_(True)
+    Bg = B.clone().requires_grad_(True)
+
+    def ours_fb():
+        Ag.grad = Bg.grad = None
+        sparse_triangular_solve(Ag, Bg, upper=False).sum().backward()
+
+    def torch_fb():                                 # forward + the grad_B solve (no sparse autograd there)
+        Y = torch.triangular_solve(B, A, upper=False).solution
+        torch.triangular_solve(torch.ones_like(Y), A, upper=False, transpose=True)
+
+    rows = []
+    for name, fn in [("ours forward", lambda: sparse_triangular_solve(A, B, upper=False)),
+                     ("torch.triangular_solve(CSR) forward", lambda: torch.triangular_solve(B, A, upper=False)),
+                     ("scipy spsolve_triangular forward",
+                      lambda: spla.spsolve_triangular(As, B.numpy(), lower=True)),
+                     ("ours forward+backward (grad_A and grad_B)", ours_fb),
+                     ("torch forward + grad_B solve (no grad_A)", torch_fb)]:
+        med, mn = timeit(fn, repeats)
+        rows.append(dict(op="triangular", case=f"n={n} nnz={nnz} p={p}", impl=name, median_s=med, min_s=mn))
+    return rows
+
+
+def bench_iterative(n, p, repeats):
+    torch.manual_seed(0)
+    A, D = make_spd_sparse(n, torch.sparse_csr, torch.float64, torch.int64, torch.device("cpu"), sparsity_ratio=0.98)
+    As = to_scipy(A)
+    b = torch.randn(n, dtype=torch.float64)
+    bn = b.numpy()
+    tol = 1e-8
+    rows = []
+    case = f"SPD n={n} nnz={A.values().numel()}"
+    cases = [
+        ("cg", lambda: linear_cg(A, b, tolerance=tol, max_iter=5000), lambda: spla.cg(As, bn, rtol=tol, maxiter=5000)),
+        ("minres", lambda: minres(A, b, settings=MINRESSettings(minres_tolerance=tol, max_cg_iterations=5000)),
+         lambda: spla.minres(As, bn, rtol=tol, maxiter=5000)),
+    ]
+    m = 2 * n
+    T = rand_sparse((m, n), 4 * m, torch.sparse_csr, values_dtype=torch.float64)
+    Ts = to_scipy(T)
+    bt = torch.randn(m, dtype=torch.float64)
+    cases.append(("lsmr", lambda: lsmr(T, bt, atol=tol, btol=tol, maxiter=5000),
+                  lambda: spla.lsmr(Ts, bt.numpy(), atol=tol, btol=tol, maxiter=5000)))
+    for name, ours, theirs in cases:
+        xo = ours()
+        xo = (xo[0] if isinstance(xo, tuple) else xo).numpy()
+        xs = theirs()[0]
+        ref = (np.linalg.lstsq(T.to_dense().numpy(), bt.numpy(), rcond=None)[0] if name == "lsmr"
+               else np.linalg.solve(D.numpy(), bn))
+        err_o = float(np.abs(xo - ref).max() / np.abs(ref).max())
+        err_s = float(np.abs(xs - ref).max() / np.abs(ref).max())
+        for impl, fn, err in [(f"ours {name}", ours, err_o), (f"scipy {name}", theirs, err_s)]:
+            med, mn = timeit(fn, repeats)
+            rows.append(dict(op=name, case=case if name != "lsmr" else f"tall {m}x{n} nnz={4 * m}", impl=impl,
+                             median_s=med, min_s=mn, rel_err=err))
+    return rows
+
+
+def ratios(rows):
+    """ours / other for each (op, case): < 1 means ours is faster."""
+    out = []
+    by = {}
+    for r in rows:
+        by.setdefault((r["op"], r["case"]), []).append(r)
+    for (op, case), rs in by.items():
+        ours = {r["impl"]: r["median_s"] for r in rs if r["impl"].startswith("ours")}
+        for r in rs:
+            if r["impl"].startswith("ours"):
+                continue
+            key = "ours forward" if "forward" in r["impl"] and "grad_B" not in r["impl"] else None
+            if op == "triangular":
+                key = "ours forward+backward (grad_A and grad_B)" if "grad_B" in r["impl"] else "ours forward"
+            else:
+                key = f"ours {op}"
+            out.append(dict(op=op, case=case, other=r["impl"], speedup=r["median_s"] / ours[key]))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    repeats = 5 if args.quick else 10
+    tri_cases = [(2000, 20000, 1), (2000, 20000, 16)] if args.quick else \
+        [(2000, 20000, 1), (2000, 20000, 16), (20000, 200000, 1), (20000, 200000, 16), (100000, 1000000, 4)]
+    it_sizes = [500] if args.quick else [500, 2000]
+    rows = []
+    for n, nnz, p in tri_cases:
+        rows += bench_triangular(n, nnz, p, repeats)
+    for n in it_sizes:
+        rows += bench_iterative(n, 1, repeats)
+    rat = ratios(rows)
+    os.makedirs(RESULTS, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    meta = dict(torch=torch.__version__, scipy=__import__("scipy").__version__, threads=torch.get_num_threads(),
+                machine=platform.machine(), processor=platform.processor(), quick=args.quick, repeats=repeats)
+    with open(os.path.join(RESULTS, f"solve_{stamp}.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=rows, speedups=rat), f, indent=1)
+    lines = [f"# Solve benchmarks ({stamp})", "", f"torch {meta['torch']}, scipy {meta['scipy']}, "
+             f"{meta['threads']} threads, median of {repeats} runs after warm-up", "",
+             "| op | case | implementation | median ms | min ms | rel. error |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        err = f"{r['rel_err']:.1e}" if "rel_err" in r else ""
+        lines.append(f"| {r['op']} | {r['case']} | {r['impl']} | {1e3 * r['median_s']:.3f} | "
+                     f"{1e3 * r['min_s']:.3f} | {err} |")
+    lines += ["", "| op | case | vs | speedup of ours (other / ours) |", "|---|---|---|---|"]
+    for r in rat:
+        lines.append(f"| {r['op']} | {r['case']} | {r['other']} | {r['speedup']:.2f}x |")
+    md = "\n".join(lines) + "\n"
+    with open(os.path.join(RESULTS, f"solve_{stamp}.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

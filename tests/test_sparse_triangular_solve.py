@@ -1,0 +1,272 @@
+"""Tests of sparse_triangular_solve against dense torch.linalg.solve_triangular with autograd.
+
+A's gradient is compared at A's stored positions (the dense gradient masked by
+A's pattern); gradcheck runs in float64 through the values tensor.
+"""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from torchsparsegradutils import _kernels, sparse_csr_tensor, sparse_triangular_solve
+from torchsparsegradutils.utils import rand_sparse_tri
+
+HAS_CUDA = torch.cuda.is_available()
+TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-9, atol=1e-10)}
+
+
+def tri_dense(batch, n, upper, unit, dtype, gen, density=0.4):
+    """Dense (batch, n, n) triangular, one shared pattern (batched CSR needs equal nnz), safe diagonal."""
+    mask = torch.rand(n, n, generator=gen) < density
+    D = torch.randn(batch, n, n, generator=gen, dtype=dtype) * mask
+    D = D.triu(1) if upper else D.tril(-1)
+    if not unit:
+        D = D + torch.diag_embed(2 + torch.rand(batch, n, generator=gen, dtype=dtype))
+    return D
+
+
+def to_sparse(D, layout, itype=torch.int64):
+    if layout == "csr":
+        A = D.to_sparse_csr()
+        return torch.sparse_csr_tensor(A.crow_indices().to(itype), A.col_indices().to(itype), A.values(), D.shape)
+    return D.to_sparse().coalesce()
+
+
+def dense_reference(D, B, upper, unit, transpose):
+    M = D + torch.eye(D.shape[-1], dtype=D.dtype) if unit else D
+    if transpose:
+        return torch.linalg.solve_triangular(M.transpose(-2, -1), B, upper=not upper)
+    return torch.linalg.solve_triangular(M, B, upper=upper)
+
+
+def check(A, D, B, upper, unit, transpose, tol):
+    A = A.detach().requires_grad_(True)
+    Bs = B.detach().clone().requires_grad_(True)
+    Dd = D.detach().clone().requires_grad_(True)
+    Bd = B.detach().clone().requires_grad_(True)
+    A_before = A.detach().clone()
+    X = sparse_triangular_solve(A, Bs, upper=upper, unitriangular=unit, transpose=transpose)
+    Xr = dense_reference(Dd, Bd, upper, unit, transpose)
+    torch.testing.assert_close(X, Xr, **tol)
+    W = torch.randn_like(Xr)
+    (X * W).sum().backward()
+    (Xr * W).sum().backward()
+    torch.testing.assert_close(Bs.grad, Bd.grad, **tol)
+    assert A.grad.layout == A.layout
+    mask = (D != 0).to(D.dtype)
+    torch.testing.assert_close(A.grad.to_dense(), Dd.grad * mask, **tol)
+    torch.testing.assert_close(A.detach().to_dense(), A_before.to_dense())   # input unchanged
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_matches_dense(batched, layout, upper, transpose, unit):
+    gen = torch.Generator().manual_seed(hash((batched, layout, upper, transpose, unit)) % 2**31)
+    D = tri_dense(3, 9, upper, unit, torch.float64, gen)
+    B = torch.randn(3, 9, 4, generator=gen, dtype=torch.float64)
+    if not batched:
+        D, B = D[0], B[0]
+    check(to_sparse(D, layout), D, B, upper, unit, transpose, TOL[torch.float64])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("p", [1, 5])
+def test_dtypes_and_rhs_widths(dtype, itype, p):
+    gen = torch.Generator().manual_seed(7)
+    D = tri_dense(1, 30, False, False, dtype, gen)[0]
+    B = torch.randn(30, p, generator=gen, dtype=dtype)
+    check(to_sparse(D, "csr", itype), D, B, False, False, True, TOL[dtype])
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_torch_ops_path_matches_dense(monkeypatch, batched, upper, transpose):
+    """The non-CPU path (torch.triangular_solve on CSR), run on CPU tensors."""
+    monkeypatch.setattr(_kernels, "_force_torch_ops", True)
+    gen = torch.Generator().manual_seed(3)
+    for unit in (False, True):
+        D = tri_dense(2, 8, upper, unit, torch.float64, gen)
+        B = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
+        if not batched:
+            D, B = D[0], B[0]
+        check(to_sparse(D, "coo"), D, B, upper, unit, transpose, TOL[torch.float64])
+
+
+def test_non_contiguous_rhs_and_large_batch_threads():
+    gen = torch.Generator().manual_seed(11)
+    D = tri_dense(16, 200, True, False, torch.float64, gen, density=0.05)
+    B = torch.randn(16, 6, 200, generator=gen, dtype=torch.float64).transpose(1, 2)   # non-contiguous
+    A = to_sparse(D, "csr")
+    X1 = sparse_triangular_solve(A, B)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        X0 = sparse_triangular_solve(A, B)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(X0, X1)                      # independent of the thread count
+    torch.testing.assert_close(X1, torch.linalg.solve_triangular(D, B, upper=True), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_gradcheck_through_values(layout, transpose):
+    gen = torch.Generator().manual_seed(5)
+    D = tri_dense(1, 6, False, False, torch.float64, gen, density=0.6)[0]
+    B = torch.randn(6, 2, generator=gen, dtype=torch.float64, requires_grad=True)
+    if layout == "coo":
+        S = D.to_sparse().coalesce()
+        idx, vals = S.indices(), S.values().clone().requires_grad_(True)
+
+        def f(v, B):
+            return sparse_triangular_solve(torch.sparse_coo_tensor(idx, v, (6, 6)), B, upper=False,
+                                           transpose=transpose)
+    else:
+        S = D.to_sparse_csr()
+        crow, col, vals = S.crow_indices(), S.col_indices(), S.values().clone().requires_grad_(True)
+
+        def f(v, B):
+            return sparse_triangular_solve(sparse_csr_tensor(crow, col, v, (6, 6)), B, upper=False,
+                                           transpose=transpose)
+    assert torch.autograd.gradcheck(f, (vals, B))
+
+
+def test_batched_csr_gradcheck_unitriangular():
+    gen = torch.Generator().manual_seed(9)
+    D = tri_dense(2, 5, True, True, torch.float64, gen, density=0.7)
+    S = D.to_sparse_csr()
+    crow, col, vals = S.crow_indices(), S.col_indices(), S.values().clone().requires_grad_(True)
+    B = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda v, B: sparse_triangular_solve(sparse_csr_tensor(crow, col, v, D.shape), B, unitriangular=True),
+        (vals, B))
+
+
+def test_empty_cases():
+    A = torch.sparse_csr_tensor(torch.zeros(1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
+                                torch.zeros(0), (0, 0))
+    assert sparse_triangular_solve(A, torch.zeros(0, 3)).shape == (0, 3)
+    I = torch.eye(4).to_sparse_csr()
+    assert sparse_triangular_solve(I, torch.zeros(4, 0)).shape == (4, 0)
+    # unitriangular with no stored entries: the identity
+    Z = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (4, 4))
+    B = torch.randn(4, 2)
+    assert torch.equal(sparse_triangular_solve(Z, B, unitriangular=True), B)
+
+
+def test_rand_sparse_tri_inputs_solve():
+    A = rand_sparse_tri((40, 40), 200, torch.sparse_csr, upper=False, values_dtype=torch.float64,
+                       well_conditioned=True)
+    B = torch.randn(40, 3, dtype=torch.float64)
+    X = sparse_triangular_solve(A, B, upper=False)
+    torch.testing.assert_close(A.to_dense() @ X, B)
+
+
+# ---------------------------------------------------------------- errors
+def _csr(crow, col, vals, n):
+    return torch.sparse_csr_tensor(torch.tensor(crow), torch.tensor(col), torch.tensor(vals), (n, n))
+
+
+@pytest.mark.parametrize("A, kwargs, match", [
+    (_csr([0, 1, 2], [0, 1], [0.0, 1.0], 2), {}, "diagonal entry is zero or not stored"),
+    (_csr([0, 1, 2], [1, 1], [1.0, 1.0], 2), {}, "diagonal entry is zero or not stored"),   # row 0 misses it
+    (_csr([0, 1, 3], [0, 0, 1], [1.0, 2.0, 1.0], 2), {"upper": True}, "not triangular on the requested side"),
+    (_csr([0, 2, 3], [0, 1, 1], [1.0, 2.0, 1.0], 2), {"upper": False}, "not triangular on the requested side"),
+    (_csr([0, 2, 3], [0, 1, 1], [1.0, 2.0, 1.0], 2), {"unitriangular": True}, "unitriangular=True, but A stores"),
+])
+@pytest.mark.parametrize("force_torch", [False, True])
+def test_structure_errors(monkeypatch, A, kwargs, match, force_torch):
+    monkeypatch.setattr(_kernels, "_force_torch_ops", force_torch)
+    vals = A.values().clone()
+    with pytest.raises(ValueError, match=match):
+        sparse_triangular_solve(A, torch.ones(2, 1), **kwargs)
+    assert torch.equal(A.values(), vals)
+
+
+def test_zero_diagonal_in_coo_batch_is_error_not_inf():
+    D = torch.eye(3).repeat(2, 1, 1)
+    D[1, 2, 2] = 0
+    with pytest.raises(ValueError, match="singular"):
+        sparse_triangular_solve(D.to_sparse(), torch.ones(2, 3, 1))
+
+
+@pytest.mark.parametrize("A, B, exc, match", [
+    ("not a tensor", torch.ones(2, 1), ValueError, "instances of torch.Tensor"),
+    (torch.eye(2).to_sparse(), torch.ones(2), ValueError, "at least 2-dimensional"),
+    (torch.eye(2).to_sparse(), torch.ones(1, 2, 1), ValueError, "both be 2D or both be 3D"),
+    (torch.eye(2), torch.ones(2, 1), ValueError, "COO or CSR"),
+    (torch.eye(2).to_sparse(), torch.eye(2).to_sparse(), ValueError, "dense"),
+    (torch.ones(2, 3).to_sparse(), torch.ones(2, 1), ValueError, "square"),
+    (torch.eye(2).to_sparse(), torch.ones(3, 1), ValueError, "Incompatible inner dimensions"),
+    (torch.eye(2).repeat(2, 1, 1).to_sparse(), torch.ones(3, 2, 1), ValueError, "same batch size"),
+    (torch.eye(2, dtype=torch.float16).to_sparse(), torch.ones(2, 1, dtype=torch.float16), TypeError,
+     "float32 and float64"),
+    (torch.eye(2).to_sparse(), torch.ones(2, 1, dtype=torch.float64), TypeError, "same dtype"),
+])
+def test_argument_errors(A, B, exc, match):
+    with pytest.raises(exc, match=match):
+        sparse_triangular_solve(A, B)
+
+
+def test_inplace_edit_before_backward_raises():
+    A = torch.eye(3, dtype=torch.float64).to_sparse_csr().requires_grad_(True)
+    B = torch.ones(3, 1, dtype=torch.float64, requires_grad=True)
+    X = sparse_triangular_solve(A, B)
+    X.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        X.sum().backward()
+
+
+MALFORMED = {
+    "col_out_of_range": "torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 7]), torch.ones(2), (2, 2))",
+    "col_negative": "torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, -3]), torch.ones(2), (2, 2))",
+    "crow_decreasing": "torch.sparse_csr_tensor(torch.tensor([0, 2, 1]), torch.tensor([0, 1]), torch.ones(2), (2, 2))",
+    "crow_last_not_nnz": "torch.sparse_csr_tensor(torch.tensor([0, 1, 9]), torch.tensor([0, 1]), torch.ones(2), (2, 2))",
+    "cols_unsorted": "torch.sparse_csr_tensor(torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1]), torch.ones(3), (2, 2))",
+    "coo_out_of_range": "torch.sparse_coo_tensor(torch.tensor([[0, 5], [0, 1]]), torch.ones(2), (2, 2))",
+}
+
+
+def test_malformed_indices_raise_in_child():
+    """Malformed structure is a ValueError, never a crash; all cases in one child process."""
+    code = textwrap.dedent(f"""
+        import warnings, torch
+        warnings.simplefilter("ignore")
+        from torchsparsegradutils import sparse_triangular_solve
+        cases = {MALFORMED!r}
+        for name, src in sorted(cases.items()):
+            A = eval(src)
+            for transpose in (False, True):
+                try:
+                    sparse_triangular_solve(A, torch.ones(2, 1), upper=True, transpose=transpose)
+                except ValueError as e:
+                    print(name, "VALUEERROR", "malformed sparse matrix" in str(e), flush=True)
+                else:
+                    print(name, "NO ERROR", flush=True)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, f"child crashed or failed (rc={r.returncode}): {r.stderr[-2000:]}"
+    lines = r.stdout.split("\n")
+    for name in MALFORMED:
+        got = [ln for ln in lines if ln.startswith(name + " ")]
+        assert got == [f"{name} VALUEERROR True"] * 2, r.stdout
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+@pytest.mark.parametrize("transpose", [False, True])
+def test_cuda_matches_dense(transpose):
+    gen = torch.Generator().manual_seed(1)
+    D = tri_dense(2, 8, False, False, torch.float64, gen)
+    B = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
+    A = to_sparse(D, "csr").cuda().requires_grad_(True)
+    X = sparse_triangular_solve(A, B.cuda(), upper=False, transpose=transpose)
+    torch.testing.assert_close(X.cpu(), dense_reference(D, B, False, False, transpose), **TOL[torch.float64])
+    X.sum().backward()
+    assert A.grad.layout == torch.sparse_csr and A.grad.is_cuda

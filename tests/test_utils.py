@@ -1,0 +1,132 @@
+"""Tests of the sparse helpers in torchsparsegradutils.utils."""
+import pytest
+import torch
+
+import torchsparsegradutils.utils as U
+from torchsparsegradutils.utils import (convert_coo_to_csr, make_spd_sparse, rand_sparse, rand_sparse_tri,
+                                        sparse_block_diag, sparse_block_diag_split, sparse_eye, stack_csr)
+
+LAYOUTS = [torch.sparse_coo, torch.sparse_csr]
+
+
+def test_exports():
+    for name in ["rand_sparse", "rand_sparse_tri", "make_spd_sparse", "sparse_eye", "sparse_block_diag",
+                 "sparse_block_diag_split", "stack_csr", "convert_coo_to_csr", "linear_cg", "minres",
+                 "bicgstab", "lsmr"]:
+        assert name in U.__all__ and callable(getattr(U, name))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", [(6, 9), (3, 6, 9)])
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+def test_rand_sparse(layout, size, itype):
+    A = rand_sparse(size, 20, layout, indices_dtype=itype, values_dtype=torch.float64)
+    assert A.layout == layout and A.shape == size and A.dtype == torch.float64
+    D = A.to_dense()
+    assert ((D != 0).reshape(-1, size[-2] * size[-1]).sum(1) == 20).all()
+    if layout == torch.sparse_csr:
+        assert A.crow_indices().dtype == itype
+    else:
+        assert A.is_coalesced()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rand_sparse_well_conditioned(layout):
+    A = rand_sparse((2, 12, 12), 40, layout, values_dtype=torch.float64, well_conditioned=True, min_diag_value=2.0)
+    D = A.to_dense()
+    diag = D.diagonal(dim1=-2, dim2=-1)
+    assert (diag >= 2.0).all() and (diag > D.abs().sum(-1) - diag).all()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("strict", [True, False])
+def test_rand_sparse_tri(layout, upper, strict):
+    n, nnz = 10, 25
+    A = rand_sparse_tri((2, n, n), nnz, layout, upper=upper, strict=strict, values_dtype=torch.float64,
+                        value_range=(1.0, 2.0))
+    D = A.to_dense()
+    assert torch.equal(D, D.triu(1 if strict else 0) if upper else D.tril(-1 if strict else 0))
+    assert ((D != 0).reshape(2, -1).sum(1) == nnz).all()
+    diag = D.diagonal(dim1=-2, dim2=-1)
+    assert (diag == 0).all() if strict else (diag != 0).all()
+
+
+def test_rand_errors():
+    with pytest.raises(ValueError, match="Unsupported layout"):
+        rand_sparse((3, 3), 2, torch.strided)
+    with pytest.raises(ValueError, match="nnz must be in"):
+        rand_sparse((3, 3), 10)
+    with pytest.raises(ValueError, match="strict=True: nnz must be in"):
+        rand_sparse_tri((4, 4), 7, strict=True)
+    with pytest.raises(ValueError, match="strict=False: nnz must be in"):
+        rand_sparse_tri((4, 4), 2)
+    with pytest.raises(ValueError, match="square"):
+        rand_sparse_tri((4, 5), 4)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("nz", [None, 10])
+def test_make_spd_sparse(layout, nz):
+    A, D = make_spd_sparse(20, layout, torch.float64, torch.int32, torch.device("cpu"), sparsity_ratio=0.8, nz=nz)
+    assert A.layout == layout and A.shape == (20, 20)
+    torch.testing.assert_close(A.to_dense(), D)
+    torch.testing.assert_close(D, D.T)
+    assert torch.linalg.eigvalsh(D).min() > 0
+    if layout == torch.sparse_csr:
+        assert A.crow_indices().dtype == torch.int32
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("size", [(4, 4), (3, 4, 4)])
+def test_sparse_eye(layout, size):
+    I = sparse_eye(size, layout=layout, values_dtype=torch.float32, requires_grad=True)
+    assert I.layout == layout and I.requires_grad and I.dtype == torch.float32
+    torch.testing.assert_close(I.detach().to_dense(), torch.eye(4).expand(size))
+    with pytest.raises(ValueError, match="square"):
+        sparse_eye((3, 4), layout=layout)
+    with pytest.raises(ValueError, match="values_dtype"):
+        sparse_eye((3, 3), values_dtype=torch.int32)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_block_diag_roundtrip(layout):
+    parts = [rand_sparse(s, k, layout, values_dtype=torch.float64) for s, k in [((3, 4), 5), ((2, 2), 0), ((5, 1), 3)]]
+    BD = sparse_block_diag(*parts)
+    assert BD.layout == layout
+    torch.testing.assert_close(BD.to_dense(), torch.block_diag(*[p.to_dense() for p in parts]))
+    back = sparse_block_diag_split(BD, *[p.shape for p in parts])
+    for p, q in zip(parts, back):
+        assert q.layout == layout
+        torch.testing.assert_close(p.to_dense(), q.to_dense())
+
+
+def test_block_diag_errors():
+    with pytest.raises(ValueError, match="same layout"):
+        sparse_block_diag(torch.eye(2).to_sparse(), torch.eye(2).to_sparse_csr())
+    with pytest.raises(ValueError, match="at least one"):
+        sparse_block_diag()
+    with pytest.raises(ValueError, match="do not add up"):
+        sparse_block_diag_split(torch.eye(4).to_sparse(), (2, 2), (1, 1))
+    with pytest.raises(ValueError, match="outside the diagonal blocks"):
+        sparse_block_diag_split(torch.ones(4, 4).to_sparse(), (2, 2), (2, 2))
+
+
+def test_stack_csr_and_convert():
+    As = [rand_sparse((5, 6), 7, torch.sparse_csr, values_dtype=torch.float64) for _ in range(3)]
+    S = stack_csr(As)
+    assert S.shape == (3, 5, 6) and S.crow_indices().shape == (3, 6)
+    torch.testing.assert_close(S.to_dense(), torch.stack([a.to_dense() for a in As]))
+    with pytest.raises(TypeError, match="list"):
+        stack_csr(As[0])
+    with pytest.raises(ValueError, match="empty"):
+        stack_csr([])
+    with pytest.raises(ValueError, match="same shape"):
+        stack_csr([As[0], torch.eye(3).to_sparse_csr()])
+    C = rand_sparse((3, 5, 6), 7, torch.sparse_coo, values_dtype=torch.float64)
+    for X in (C, C[0]):
+        R = convert_coo_to_csr(X)
+        assert R.layout == torch.sparse_csr
+        torch.testing.assert_close(R.to_dense(), X.to_dense())
+    with pytest.raises(ValueError, match="COO"):
+        convert_coo_to_csr(torch.eye(3))

@@ -1,0 +1,130 @@
+"""sparse_generic_lstsq: least squares with a tall sparse A, whose gradient w.r.t. A stays sparse."""
+from typing import Callable, Optional
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _kernels
+from ._csr import as_csr
+from .sparse_matmul import sparse_mm
+
+_SUPPORTED_DTYPES = (torch.float32, torch.float64)
+
+
+def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
+                         lstsq: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
+                         transpose_lstsq: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
+                         ) -> torch.Tensor:
+    r"""``X = argmin ||A X - B||`` for a tall, full-column-rank sparse ``A``; the gradient w.r.t. ``A`` is sparse.
+
+    API-compatible with the published ``torchsparsegradutils.sparse_generic_lstsq``.
+
+    Parameters
+    ----------
+    A : sparse COO or CSR tensor ``(m, n)`` with ``m >= n`` and full column rank.
+    B : dense ``(m,)`` or ``(m, p)``.
+    lstsq : callable ``lstsq(A, B) -> X`` (``A^+ B``), given a detached ``A``.
+        Default: :func:`~torchsparsegradutils.utils.lsmr` column by column, with
+        tolerances 1e-10 (float64) / 1e-6 (float32) and up to ``max(4 n, 100)`` iterations.
+    transpose_lstsq : callable ``transpose_lstsq(A, G) -> (A^T)^+ G`` (the minimum-norm
+        solution of the wide system ``A^T Y = G``), given ``A``.  Default: LSMR on
+        ``A^T`` as an operator (A^T is never built).
+
+    Returns
+    -------
+    ``X`` of shape ``(n,)`` or ``(n, p)``.
+
+    Gradients
+    ---------
+    With ``G = dL/dX``, ``grad_B = (A^T)^+ G`` and, ``r = B - A X`` the residual
+    and ``Y = A^+ grad_B = (A^T A)^{-1} G``,
+    ``grad_A = -grad_B X^T + r Y^T`` (Golub & Pereyra 1973), both terms
+    evaluated only at A's stored positions (sampled products; no m x n matrix).
+
+    Raises
+    ------
+    ValueError
+        Non-tensor inputs; A not 2D; A wide (``m < n``); B not 1D/2D; mismatched
+        rows; different devices.
+    TypeError
+        A not COO/CSR, B not strided, values not float32/float64 or of different dtypes.
+    """
+    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+        raise ValueError("Both A and B should be instances of torch.Tensor")
+    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise TypeError(f"Unsupported sparse layout: {A.layout}. Only COO and CSR are supported.")
+    if A.dim() != 2:
+        raise ValueError(f"A must be a 2D tensor, got {A.dim()}D")
+    if A.shape[0] < A.shape[1]:
+        raise ValueError(f"A should be a tall full-rank matrix (rows >= columns), got A.shape={tuple(A.shape)}")
+    if B.layout != torch.strided:
+        raise TypeError(f"B must be a dense (strided) tensor, got {B.layout}")
+    if B.dim() not in (1, 2):
+        raise ValueError(f"B must be a 1D or 2D tensor, got {B.dim()}D")
+    if B.shape[0] != A.shape[0]:
+        raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
+    if A.device != B.device:
+        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
+    if A.dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"sparse_generic_lstsq supports float32 and float64 values, got {A.dtype}")
+    if B.dtype != A.dtype:
+        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
+    lstsq = lstsq or _default_lstsq
+    transpose_lstsq = transpose_lstsq or _default_transpose_lstsq
+    B2 = B.unsqueeze(-1) if B.dim() == 1 else B
+    X = SparseGenericLstsq.apply(A, B2, lstsq, transpose_lstsq)
+    return X.squeeze(-1) if B.dim() == 1 else X
+
+
+def _lsmr_options(A: torch.Tensor, n: int) -> dict:
+    tol = 1e-10 if A.dtype == torch.float64 else 1e-6
+    return dict(atol=tol, btol=tol, maxiter=max(4 * n, 100))
+
+
+def _default_lstsq(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    from .utils import lsmr
+    return lsmr(A, B, **_lsmr_options(A, A.shape[1]))[0]
+
+
+def _default_transpose_lstsq(A: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    from .utils import lsmr
+    from .utils._operator import as_matmul, as_rmatmul
+    Av, Atv = as_matmul(A), as_rmatmul(A, None)
+    return lsmr(Atv, G, Armat=Av, n=A.shape[0], **_lsmr_options(A, A.shape[1]))[0]
+
+
+def _like(X, shape, dtype) -> torch.Tensor:
+    if isinstance(X, (tuple, list)):
+        X = X[0]
+    if not isinstance(X, torch.Tensor):
+        raise TypeError(f"the least-squares solver must return a tensor, got {type(X).__name__}")
+    return X.to(dtype).reshape(shape)
+
+
+class SparseGenericLstsq(torch.autograd.Function):
+    """The autograd Function behind :func:`sparse_generic_lstsq` (validate with it first)."""
+
+    @staticmethod
+    def forward(ctx, A, B, lstsq, transpose_lstsq):
+        Ad, Bd = A.detach(), B.detach()
+        X = _like(lstsq(Ad, Bd), (A.shape[1], B.shape[1]), B.dtype)
+        ctx.solvers = (lstsq, transpose_lstsq)
+        ctx.save_for_backward(A, B, X)
+        return X
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, G):
+        A, B, X = ctx.saved_tensors
+        lstsq, transpose_lstsq = ctx.solvers
+        A = A.detach()
+        m, p = A.shape[0], G.shape[1]
+        grad_B = _like(transpose_lstsq(A, G), (m, p), G.dtype)
+        grad_A = None
+        if ctx.needs_input_grad[0]:
+            view = as_csr(A)
+            Y = _like(lstsq(A, grad_B), (A.shape[1], p), G.dtype)
+            R = B - sparse_mm(A, X)
+            g = _kernels.sddmm(view, R, Y) - _kernels.sddmm(view, grad_B, X)
+            grad_A = view.grad_like(g)
+        return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None

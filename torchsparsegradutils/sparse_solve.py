@@ -1,0 +1,290 @@
+"""Solves with a sparse A whose gradient w.r.t. A stays sparse.
+
+sparse_triangular_solve: substitution in C (csrc/trisolve.c), forward and backward.
+sparse_generic_solve:    any iterative solver (default MINRES), backward by the
+                         adjoint solve, differentiable again (create_graph=True).
+"""
+import warnings
+from typing import Callable, Optional
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _kernels, _solve_kernels
+from ._csr import as_csr
+
+_SUPPORTED_DTYPES = (torch.float32, torch.float64)
+
+
+def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True,
+                            unitriangular: bool = False, transpose: bool = False) -> torch.Tensor:
+    r"""Solve ``A X = B`` (or ``A^T X = B``) for a sparse triangular ``A``; the gradient w.r.t. ``A`` is sparse.
+
+    API-compatible with the published ``torchsparsegradutils.sparse_triangular_solve``.
+
+    Parameters
+    ----------
+    A : sparse COO or CSR tensor, shape ``(n, n)`` or batched ``(b, n, n)``, float32 or float64.
+        Triangular: entries only on and above (``upper=True``) or on and below the diagonal.
+    B : dense tensor, shape ``(n, p)`` or ``(b, n, p)``, A's dtype and device.
+    upper : bool
+        ``A`` is upper (default) or lower triangular.
+    unitriangular : bool
+        The diagonal is implicit ones; ``A`` must then store no diagonal entry.
+    transpose : bool
+        Solve ``A^T X = B`` instead (``A^T`` is never built).
+
+    Returns
+    -------
+    Dense ``X`` shaped like ``B``.
+
+    Gradients
+    ---------
+    With ``G = dL/dX`` and ``M = A`` (or ``A^T`` with ``transpose``):
+    ``grad_B = M^{-T} G`` (one more triangular solve) and
+    ``grad_M = -grad_B X^T``, evaluated only at ``A``'s stored positions, so
+    ``grad_A`` is a sparse tensor in A's layout and no n x n matrix is formed.
+    On CPU both directions run in C; on other devices through
+    ``torch.triangular_solve`` with a CSR matrix.
+
+    Raises
+    ------
+    ValueError
+        Non-tensor inputs; ranks not both 2D / both 3D; A not COO/CSR or B not
+        strided; A not square; mismatched rows or batch sizes; different devices;
+        malformed indices; an entry on the wrong side of the diagonal; a zero or
+        missing diagonal entry (A singular); a stored diagonal with
+        ``unitriangular=True``.
+    TypeError
+        Values not float32/float64, or A and B of different dtypes.
+    """
+    _check_solve_args(A, B, "sparse_triangular_solve")
+    return SparseTriangularSolve.apply(A, B, bool(upper), bool(unitriangular), bool(transpose))
+
+
+def _check_solve_args(A, B, name: str) -> None:
+    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+        raise ValueError("Both A and B should be instances of torch.Tensor")
+    if A.dim() < 2 or B.dim() < 2:
+        raise ValueError("Both A and B should be at least 2-dimensional tensors")
+    if A.dim() != B.dim() or A.dim() not in (2, 3):
+        raise ValueError(f"A and B must both be 2D or both be 3D tensors, got {A.dim()}D and {B.dim()}D")
+    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(f"A should be in either COO or CSR sparse format, got {A.layout}")
+    if B.layout != torch.strided:
+        raise ValueError(f"B must be a dense (strided) tensor, got {B.layout}")
+    if A.shape[-2] != A.shape[-1]:
+        raise ValueError(f"A must be square on its last two dimensions, got shape {tuple(A.shape)}")
+    if A.size(-2) != B.size(-2):
+        raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-2)}] vs B[..., {B.size(-2)}]")
+    if A.dim() == 3 and A.size(0) != B.size(0):
+        raise ValueError(f"If batched, A and B must have the same batch size, got {A.size(0)} and {B.size(0)}")
+    if A.device != B.device:
+        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
+    if A.dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"{name} supports float32 and float64 values, got A of dtype {A.dtype}")
+    if B.dtype != A.dtype:
+        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
+
+
+class SparseTriangularSolve(torch.autograd.Function):
+    """The autograd Function behind :func:`sparse_triangular_solve` (validate with it first)."""
+
+    @staticmethod
+    def forward(ctx, A, B, upper, unitriangular, transpose):
+        view = as_csr(A.detach())
+        X = _solve_kernels.trisolve(view, B, upper, unitriangular, transpose)
+        ctx.flags = (upper, unitriangular, transpose)
+        ctx.view = view._replace(ptr=None, col=None, values=None)
+        # the arrays themselves: an in-place edit before backward raises autograd's version error
+        ctx.save_for_backward(view.ptr, view.col, view.values, X)
+        return X
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, G):
+        ptr, col, values, X = ctx.saved_tensors
+        view = ctx.view._replace(ptr=ptr, col=col, values=values)
+        upper, unit, transpose = ctx.flags
+        if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
+            return None, None, None, None, None
+        # M = A (or A^T): grad_B = M^{-T} G, grad_M = -grad_B X^T at the pattern
+        grad_B = _solve_kernels.trisolve(view, G, upper, unit, not transpose)
+        grad_A = None
+        if ctx.needs_input_grad[0]:
+            # entry (i, j) of A is entry (j, i) of M = A^T when transposed
+            g = _kernels.sddmm(view, X, grad_B) if transpose else _kernels.sddmm(view, grad_B, X)
+            grad_A = view.grad_like(g.neg_())
+        return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None
+
+
+def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Callable[..., torch.Tensor]] = None,
+                         transpose_solve: Optional[Callable[..., torch.Tensor]] = None,
+                         **kwargs) -> torch.Tensor:
+    r"""Solve ``A X = B`` with a pluggable (iterative) solver; the gradient w.r.t. ``A`` is sparse.
+
+    API-compatible with the published ``torchsparsegradutils.sparse_generic_solve``.
+
+    Parameters
+    ----------
+    A : sparse COO or CSR tensor ``(n, n)``, nonsingular.
+    B : dense ``(n,)`` or ``(n, k)``.
+    solve : callable ``solve(A, B, **kwargs) -> X`` solving ``A X = B``, given a
+        detached ``A``.  Default :func:`~torchsparsegradutils.utils.minres`
+        (symmetric ``A``).  Others: ``linear_cg`` (SPD), ``bicgstab`` (general).
+    transpose_solve : callable ``transpose_solve(A, G, **kwargs) -> Y`` solving
+        ``A^T Y = G`` (it is given ``A``, not ``A^T``).  Default: MINRES on ``A``
+        itself when ``solve`` is also defaulted (``A`` symmetric), otherwise
+        ``solve`` applied to a sparse ``A^T``.
+    **kwargs : passed to both solvers (tolerances, ``settings=...``).
+
+    Returns
+    -------
+    ``X`` shaped like ``B``.
+
+    Gradients
+    ---------
+    ``grad_B = A^{-T} G`` by the adjoint solve and ``grad_A = -grad_B X^T`` only
+    at A's stored positions (a sampled product; no n x n matrix).  The backward
+    is itself differentiable, so ``create_graph=True`` gives second derivatives
+    and Hessian-vector products w.r.t. ``A`` and ``B``.  For second derivatives
+    w.r.t. a leaf ``values`` tensor, build ``A`` with
+    :func:`torchsparsegradutils.sparse_csr_tensor`: PyTorch's own
+    ``torch.sparse_coo_tensor`` backward into its values is not differentiable again.
+
+    Raises
+    ------
+    ValueError
+        Non-tensor inputs; A not 2D or not square; B not 1D/2D; mismatched rows;
+        different devices.
+    TypeError
+        A not COO/CSR, B not strided, values not float32/float64.
+    """
+    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+        raise ValueError("Both A and B should be instances of torch.Tensor")
+    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise TypeError(f"Unsupported sparse layout: {A.layout}. Only COO and CSR are supported.")
+    if A.dim() != 2:
+        raise ValueError(f"A must be a 2D tensor, got {A.dim()}D")
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be square, got shape {tuple(A.shape)}")
+    if B.layout != torch.strided:
+        raise TypeError(f"B must be a dense (strided) tensor, got {B.layout}")
+    if B.dim() not in (1, 2):
+        raise ValueError(f"B must be a 1D or 2D tensor, got {B.dim()}D")
+    if B.shape[0] != A.shape[0]:
+        raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
+    if A.device != B.device:
+        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
+    if A.dtype not in _SUPPORTED_DTYPES:
+        raise TypeError(f"sparse_generic_solve supports float32 and float64 values, got {A.dtype}")
+    if B.dtype != A.dtype:
+        warnings.warn(f"A and B have different dtypes: A={A.dtype}, B={B.dtype}; B is converted to {A.dtype}",
+                      UserWarning, stacklevel=2)
+        B = B.to(A.dtype)
+    if solve is None and transpose_solve is None:
+        from .utils import minres
+        solve = transpose_solve = minres          # MINRES assumes A symmetric: A^T = A
+    elif solve is None:
+        solve = _transposed(transpose_solve)
+    elif transpose_solve is None:
+        transpose_solve = _transposed(solve)
+    B2 = B.unsqueeze(-1) if B.dim() == 1 else B
+    X = SparseGenericSolve.apply(A, B2, solve, transpose_solve, kwargs, False)
+    return X.squeeze(-1) if B.dim() == 1 else X
+
+
+def _transposed(solver: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """(A, B) -> solver(A^T, B): the other direction from one solver, on a sparse A^T."""
+    def run(A, B, **kwargs):
+        return solver(_sparse_transpose(A), B, **kwargs)
+    return run
+
+
+def _sparse_transpose(A: torch.Tensor) -> torch.Tensor:
+    """A^T of a detached 2D sparse matrix, in A's layout (O(nnz), never dense)."""
+    if A.layout == torch.sparse_coo:
+        A = A.coalesce()
+        return torch.sparse_coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
+    view = as_csr(A)
+    n, m, nnz = view.nrows, view.ncols, view.col.numel()
+    if view.values.device.type == "cpu":
+        it = view.ptr.dtype
+        tptr, trow, tperm = (torch.empty(m + 1, dtype=it), torch.empty(nnz, dtype=it),
+                             torch.empty(nnz, dtype=it))
+        from . import _C
+        _C.csr_transpose(view.ptr, view.col, 1, n, m, tptr, trow, tperm)
+        return torch.sparse_csr_tensor(tptr, trow, view.values[tperm.long()], (m, n))
+    return A.t().to_sparse_csr()
+
+
+def _solution_like(X: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """A solver's answer shaped and typed like B (solvers may return (n,) for (n, 1) or a tuple)."""
+    if isinstance(X, (tuple, list)):
+        X = X[0]
+    if not isinstance(X, torch.Tensor):
+        raise TypeError(f"the solver must return a tensor, got {type(X).__name__}")
+    return X.to(B.dtype).reshape(B.shape)
+
+
+class _SampledProduct(torch.autograd.Function):
+    """g[e] = dot(U[i,:], V[j,:]) at A's stored entries e = (i, j): SDDMM, differentiable in U and V.
+
+    Its backward (dU = S V, dV = S^T U with S the pattern holding the incoming
+    gradient) is what makes the solve backward differentiable once more."""
+
+    @staticmethod
+    def forward(ctx, ptr, col, view, U, V):
+        view = view._replace(ptr=ptr, col=col)
+        ctx.view = view._replace(ptr=None, col=None)
+        ctx.save_for_backward(ptr, col, U, V)
+        return _kernels.sddmm(view, U, V)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gg):
+        ptr, col, U, V = ctx.saved_tensors
+        S = ctx.view._replace(ptr=ptr, col=col, values=gg.contiguous())
+        dU = _kernels.spmm(S, V) if ctx.needs_input_grad[3] else None
+        dV = _kernels.spmm_t(S, U) if ctx.needs_input_grad[4] else None
+        return None, None, None, dU, dV
+
+
+def _sampled(view, U, V):
+    return _SampledProduct.apply(view.ptr, view.col, view, U, V)
+
+
+def _grad_on_pattern(view, g: torch.Tensor) -> torch.Tensor:
+    """A sparse tensor in A's layout holding g at A's positions, differentiable in g without densifying."""
+    if view.coo_indices is not None:
+        return torch.sparse_coo_tensor(view.coo_indices, g, view.shape, is_coalesced=True)
+    from .sparse_tensor import sparse_csr_tensor
+    return sparse_csr_tensor(view.ptr, view.col, g, view.shape)
+
+
+class SparseGenericSolve(torch.autograd.Function):
+    """The autograd Function behind :func:`sparse_generic_solve`: solves ``A X = B``
+    (``A^T X = B`` when ``transposed``), whose backward is one more such solve."""
+
+    @staticmethod
+    def forward(ctx, A, B, solve, transpose_solve, kwargs, transposed):
+        run = transpose_solve if transposed else solve
+        with torch.no_grad():
+            X = _solution_like(run(A.detach(), B.detach(), **kwargs), B)
+        ctx.solvers = (solve, transpose_solve, kwargs, transposed)
+        ctx.save_for_backward(A, X)
+        return X
+
+    @staticmethod
+    def backward(ctx, G):
+        A, X = ctx.saved_tensors
+        solve, transpose_solve, kwargs, transposed = ctx.solvers
+        # M = A (or A^T): grad_B = M^{-T} G, again through this Function so that
+        # it stays differentiable for create_graph=True
+        grad_B = SparseGenericSolve.apply(A, G, solve, transpose_solve, kwargs, not transposed)
+        grad_A = None
+        if ctx.needs_input_grad[0]:
+            view = as_csr(A.detach())
+            g = _sampled(view, X, grad_B) if transposed else _sampled(view, grad_B, X)
+            grad_A = _grad_on_pattern(view, -g)
+        return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None, None

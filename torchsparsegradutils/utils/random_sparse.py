@@ -1,0 +1,159 @@
+"""Random sparse matrices for tests and benchmarks: general, triangular, and SPD.
+
+Positions are drawn without replacement (every stored entry is distinct), so
+the results are coalesced COO or valid CSR; batched results hold the same
+number of entries per item, as batched CSR requires.
+"""
+from typing import Optional, Tuple, Union
+
+import torch
+
+from .utils import convert_coo_to_csr
+
+_LAYOUT_MSG = "Unsupported layout type. It should be either torch.sparse_coo or torch.sparse_csr"
+
+
+def _check_size(size) -> Tuple[Optional[int], int, int]:
+    size = tuple(int(s) for s in size)
+    if len(size) not in (2, 3) or any(s < 0 for s in size):
+        raise ValueError(f"size must be (n_rows, n_cols) or (batch, n_rows, n_cols), got {size}")
+    return (size[0] if len(size) == 3 else None), size[-2], size[-1]
+
+
+def _draw(candidates: int, nnz: int, b: int, device) -> torch.Tensor:
+    """(b, nnz) distinct sorted positions in [0, candidates) per item."""
+    keys = torch.rand(b, candidates, device=device)
+    return keys.topk(nnz, dim=1).indices.sort(dim=1).values if nnz else torch.zeros(b, 0, dtype=torch.long,
+                                                                                    device=device)
+
+
+def _assemble(b, n, m, rows, cols, vals, layout, indices_dtype, squeeze):
+    """COO/CSR tensor from per-item (b, nnz) rows/cols/vals sorted by (row, col)."""
+    if layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(_LAYOUT_MSG)
+    order = (rows * max(m, 1) + cols).argsort(dim=1)
+    rows, cols, vals = rows.gather(1, order), cols.gather(1, order), vals.gather(1, order)
+    k = rows.shape[1]
+    if squeeze:
+        idx = torch.stack([rows[0], cols[0]])
+        size = (n, m)
+    else:
+        bi = torch.arange(b, device=rows.device).repeat_interleave(k)
+        idx = torch.stack([bi, rows.reshape(-1), cols.reshape(-1)])
+        size = (b, n, m)
+    A = torch.sparse_coo_tensor(idx, vals.reshape(-1), size, is_coalesced=True)
+    if layout == torch.sparse_csr:
+        A = convert_coo_to_csr(A)
+        crow, col = A.crow_indices().to(indices_dtype), A.col_indices().to(indices_dtype)
+        return torch.sparse_csr_tensor(crow, col, A.values(), size)
+    return A
+
+
+def rand_sparse(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int,
+                layout: torch.layout = torch.sparse_coo, *, indices_dtype: torch.dtype = torch.int64,
+                values_dtype: torch.dtype = torch.float32, device: torch.device = torch.device("cpu"),
+                well_conditioned: bool = False, min_diag_value: float = 1.0) -> torch.Tensor:
+    """A random sparse (n_r, n_c) or (b, n_r, n_c) matrix with nnz distinct entries per item, values in [0, 1).
+
+    ``well_conditioned`` (square only) stores the whole diagonal and makes every
+    row strictly diagonally dominant with diagonal >= ``min_diag_value``."""
+    if layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(_LAYOUT_MSG)
+    b, n, m = _check_size(size)
+    if nnz < 0 or nnz > n * m:
+        raise ValueError(f"nnz must be in [0, {n * m}] for a {n} x {m} matrix, got {nnz}")
+    bb = b or 1
+    if well_conditioned:
+        if n != m:
+            raise ValueError("well_conditioned needs a square matrix")
+        if nnz < n:
+            raise ValueError(f"well_conditioned stores the diagonal: nnz must be >= n = {n}, got {nnz}")
+        off = _draw(n * n - n, nnz - n, bb, device)          # off-diagonal slots
+        r = off // max(n - 1, 1)
+        c = off % max(n - 1, 1)
+        c = c + (c >= r).long()                             # skip the diagonal
+        d = torch.arange(n, device=device).expand(bb, n)
+        rows, cols = torch.cat([r, d], 1), torch.cat([c, d], 1)
+        vals = torch.rand(bb, nnz, dtype=values_dtype, device=device)
+        vals[:, nnz - n:] = 0
+        rowsum = torch.zeros(bb, n, dtype=values_dtype, device=device).scatter_add_(1, rows, vals.abs())
+        vals[:, nnz - n:] = torch.clamp(rowsum + 1, min=min_diag_value)
+    else:
+        pos = _draw(n * m, nnz, bb, device)
+        rows, cols = pos // max(m, 1), pos % max(m, 1)
+        vals = torch.rand(bb, nnz, dtype=values_dtype, device=device)
+    return _assemble(bb, n, m, rows, cols, vals, layout, indices_dtype, b is None)
+
+
+def rand_sparse_tri(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int,
+                    layout: torch.layout = torch.sparse_coo, *, upper: bool = True, strict: bool = False,
+                    indices_dtype: torch.dtype = torch.int64, values_dtype: torch.dtype = torch.float32,
+                    device: torch.device = torch.device("cpu"), value_range: Tuple[float, float] = (0, 1),
+                    well_conditioned: bool = False, min_diag_value: float = 1.0) -> torch.Tensor:
+    """A random sparse upper/lower triangular (n, n) or (b, n, n) matrix with nnz entries per item.
+
+    ``strict=False`` always stores the full diagonal (``n <= nnz <= n(n+1)/2``);
+    ``strict=True`` stores none (``nnz <= n(n-1)/2``).  Values are uniform in
+    ``value_range``; ``well_conditioned`` puts ``min_diag_value + row sum of
+    |off-diagonal|`` on the diagonal."""
+    if layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(_LAYOUT_MSG)
+    b, n, m = _check_size(size)
+    if n != m:
+        raise ValueError(f"a triangular matrix must be square, got size {tuple(size)}")
+    n_off = n * (n - 1) // 2
+    if strict and not 0 <= nnz <= n_off:
+        raise ValueError(f"strict=True: nnz must be in [0, {n_off}], got {nnz}")
+    if not strict and not n <= nnz <= n_off + n:
+        raise ValueError(f"strict=False: nnz must be in [{n}, {n_off + n}], got {nnz}")
+    bb = b or 1
+    k_off = nnz if strict else nnz - n
+    # all strictly-lower positions, enumerated row by row, then drawn
+    tri = torch.tril_indices(n, n, offset=-1, device=device)
+    pos = _draw(n_off, k_off, bb, device)
+    r, c = tri[0][pos], tri[1][pos]
+    if upper:
+        r, c = c, r
+    lo, hi = value_range
+    vals = torch.rand(bb, k_off, dtype=values_dtype, device=device) * (hi - lo) + lo
+    if not strict:
+        d = torch.arange(n, device=device).expand(bb, n)
+        dv = torch.rand(bb, n, dtype=values_dtype, device=device) * (hi - lo) + lo
+        if well_conditioned:
+            rowsum = torch.zeros(bb, n, dtype=values_dtype, device=device).scatter_add_(1, r, vals.abs())
+            dv = rowsum + min_diag_value
+        r, c, vals = torch.cat([r, d], 1), torch.cat([c, d], 1), torch.cat([vals, dv], 1)
+    return _assemble(bb, n, n, r, c, vals, layout, indices_dtype, b is None)
+
+
+def make_spd_sparse(n: int, layout: torch.layout, value_dtype: torch.dtype, index_dtype: torch.dtype,
+                    device: torch.device, sparsity_ratio: float = 0.5,
+                    nz: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """A random sparse symmetric positive definite (n, n) matrix, returned as (sparse, dense).
+
+    Starts from ``M M^T + n I`` and zeroes symmetric off-diagonal pairs: a
+    fraction ``sparsity_ratio`` of them, or ``nz // 2`` pairs when ``nz`` is
+    given.  Zeroing can cost definiteness, so the diagonal is then raised where
+    needed to make every row strictly diagonally dominant: the result is SPD by
+    construction."""
+    if layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(f"Unsupported layout: {layout}. Use torch.sparse_coo or torch.sparse_csr.")
+    M = torch.randn(n, n, dtype=value_dtype, device=device)
+    A = M @ M.t() + n * torch.eye(n, dtype=value_dtype, device=device)
+    tri = torch.triu_indices(n, n, offset=1, device=device)
+    k = min(nz // 2, tri.shape[1]) if nz is not None else int(sparsity_ratio * tri.shape[1])
+    if k > 0:
+        sel = tri[:, torch.randperm(tri.shape[1], device=device)[:k]]
+        A[sel[0], sel[1]] = 0
+        A[sel[1], sel[0]] = 0
+    off = A.abs().sum(1) - A.diagonal().abs()
+    A.diagonal().copy_(torch.maximum(A.diagonal(), off + 1))
+    idx = A.nonzero().t()
+    S = torch.sparse_coo_tensor(idx, A[idx[0], idx[1]], (n, n), is_coalesced=True)
+    if layout == torch.sparse_csr:
+        S = convert_coo_to_csr(S)
+        S = torch.sparse_csr_tensor(S.crow_indices().to(index_dtype), S.col_indices().to(index_dtype),
+                                    S.values(), (n, n))
+    else:
+        S = torch.sparse_coo_tensor(idx.to(index_dtype), S.values(), (n, n)).coalesce()
+    return S, A
