@@ -1,59 +1,110 @@
 #ifndef TSGU_IN_TEMPLATE
 /* csr_transpose.c: the pattern of A^T, item by item, by a stable counting sort
- * on the column index, O(nnz + b*m):
+ * on the column index, O(nnz + T*b*m) for T threads:
  *     tptr (b*m+1, global layout): entries of row j of item k of A^T
  *     trow[t]:  the row i of A that entry t of A^T came from
  *     tperm[t]: its position e in A's entry arrays, so A^T's value is val[tperm[t]]
- * Rows of A^T list their entries by increasing i, so spmm on it sums in a fixed
+ * Threads take contiguous row chunks of A.  Pass 1 counts each chunk's entries
+ * per column; the offsets then give chunk t's entries of a column the slots
+ * after chunk t-1's; pass 2 places them.  The order equals the serial sort's:
+ * rows of A^T list their entries by increasing i, so spmm on it sums in a fixed
  * order: grad_B = A^T*G without atomics and independent of the thread count. */
+#include <stdlib.h>
 #include "tsgu.h"
+
+typedef struct {
+    const tsgu_csr *A;
+    void *tptr, *trow, *tperm;
+    int64_t *cnt;           /* T x (b*m): chunk t's count per column, then its next slot */
+    const int64_t *bounds;  /* chunk t covers global rows [bounds[t], bounds[t+1]) */
+    int64_t T;
+} transpose_ctx;
 
 #define TSGU_TEMPLATE_FILE "csr_transpose.c"
 #include "tsgu_template.h"
 
-int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm)
+int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, int nthreads)
 {
-    return TSGU_PICK(csr_transpose, TSGU_F32, A->itype)(A, tptr, trow, tperm);
+    int64_t bounds[TSGU_MAX_THREADS + 1], R = A->batch * A->ncols;
+    /* one count array per chunk: spend that memory only where it pays */
+    int64_t nt = nthreads < 1 ? 1 : nthreads;
+    if (nt > 1 && nt * R > A->nnz / 2) nt = R ? A->nnz / 2 / R : 1;
+    if (nt < 1) nt = 1;
+    int64_t T = tsgu_split_rows(A, 1, (int)nt, bounds);
+    int64_t *cnt = calloc((size_t)(T * R + 1), sizeof *cnt);
+    if (!cnt) return TSGU_ENOMEM;
+    transpose_ctx x = {A, tptr, trow, tperm, cnt, bounds, T};
+    int status = tsgu_parallel_tasks(T, TSGU_PICK(transpose_count, TSGU_F32, A->itype), &x);
+    if (status == TSGU_OK) {
+        TSGU_PICK(transpose_offsets, TSGU_F32, A->itype)(&x);
+        status = tsgu_parallel_tasks(T, TSGU_PICK(transpose_place, TSGU_F32, A->itype), &x);
+    }
+    free(cnt);
+    return status;
 }
 
 #else /* template body: idx_t and TSGU_FN (real_t unused: the f64 variants go unused) */
 
 #if defined(__GNUC__)
-__attribute__((unused))
+#define TSGU_MAYBE_UNUSED __attribute__((unused))
+#else
+#define TSGU_MAYBE_UNUSED
 #endif
-static int TSGU_FN(csr_transpose)(const tsgu_csr *A, void *vtptr, void *vtrow, void *vtperm)
+
+/* walk chunk t's rows, checking the structure; count (place = 0) or place entries */
+static int TSGU_FN(transpose_walk)(const transpose_ctx *x, int64_t t, int place)
 {
+    const tsgu_csr *A = x->A;
     const idx_t *Ap = A->ptr, *Aj = A->col;
-    idx_t *Tp = vtptr, *Ti = vtrow, *Tq = vtperm;
-    int64_t b = A->batch, n = A->nrows, m = A->ncols, nnz = A->nnz, R = b * m;
-    for (int64_t r = 0; r <= R; r++) Tp[r] = 0;
-    for (int pass = 0; pass < 2; pass++) {     /* pass 0 counts, pass 1 places */
-        for (int64_t k = 0; k < b; k++) {
-            for (int64_t i = 0; i < n; i++) {
-                int64_t q = k * A->ptr_stride + i, off = k * A->entry_stride;
-                int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
-                if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
-                int64_t prev = -1;
-                for (int64_t e = start; e < end; e++) {
-                    int64_t j = Aj[e];
-                    if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
-                    prev = j;
-                    if (pass == 0) {
-                        Tp[k * m + j + 1]++;
-                    } else {
-                        int64_t t = Tp[k * m + j]++;   /* next free slot of row j of A^T */
-                        Ti[t] = (idx_t)i;
-                        Tq[t] = (idx_t)e;
-                    }
-                }
+    idx_t *Ti = x->trow, *Tq = x->tperm;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
+    int64_t *c = x->cnt + t * A->batch * m;
+    for (int64_t r = x->bounds[t]; r < x->bounds[t + 1]; r++) {
+        int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
+        int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
+        if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+        int64_t prev = -1;
+        for (int64_t e = start; e < end; e++) {
+            int64_t j = Aj[e];
+            if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+            prev = j;
+            if (!place) {
+                c[k * m + j]++;
+            } else {
+                int64_t s = c[k * m + j]++;   /* next free slot of row j of A^T for this chunk */
+                Ti[s] = (idx_t)i;
+                Tq[s] = (idx_t)e;
             }
         }
-        if (pass == 0)                          /* counts -> starts */
-            for (int64_t r = 0; r < R; r++) Tp[r + 1] += Tp[r];
     }
-    for (int64_t r = R; r > 0; r--) Tp[r] = Tp[r - 1]; /* ends -> starts */
-    Tp[0] = 0;
     return TSGU_OK;
 }
 
+TSGU_MAYBE_UNUSED static int TSGU_FN(transpose_count)(void *x, int64_t t)
+{
+    return TSGU_FN(transpose_walk)(x, t, 0);
+}
+
+TSGU_MAYBE_UNUSED static int TSGU_FN(transpose_place)(void *x, int64_t t)
+{
+    return TSGU_FN(transpose_walk)(x, t, 1);
+}
+
+/* counts -> slots: column key's entries start at tptr[key], chunk by chunk */
+TSGU_MAYBE_UNUSED static void TSGU_FN(transpose_offsets)(const transpose_ctx *x)
+{
+    idx_t *Tp = x->tptr;
+    int64_t R = x->A->batch * x->A->ncols, pos = 0;
+    for (int64_t key = 0; key < R; key++) {
+        Tp[key] = (idx_t)pos;
+        for (int64_t t = 0; t < x->T; t++) {
+            int64_t c = x->cnt[t * R + key];
+            x->cnt[t * R + key] = pos;
+            pos += c;
+        }
+    }
+    Tp[R] = (idx_t)pos;
+}
+
+#undef TSGU_MAYBE_UNUSED
 #endif

@@ -355,7 +355,7 @@ error:
     return NULL;
 }
 
-/* ---- csr_transpose(ptr, col, batch, n, m, tptr, trow, tperm) ----
+/* ---- csr_transpose(ptr, col, batch, n, m, tptr, trow, tperm, nthreads) ----
  * the pattern of every item's transpose, in the global layout (batch*m+1 pointers) */
 static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
 {
@@ -366,7 +366,9 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
     held h[MAX_HELD] = {{0}};
     int nh = 0;
     tsgu_csr A;
-    if (!PyArg_ParseTuple(args, "OOLLLOOO", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4]))
+    int nthreads;
+    if (!PyArg_ParseTuple(args, "OOLLLOOOi", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
+                          &nthreads))
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "tptr", "trow", "tperm"};
     for (int i = 0; i < 5; i++)
@@ -384,7 +386,7 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
         }
     }
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_csr_transpose(&A, data_of(&h[2]), data_of(&h[3]), data_of(&h[4]));
+    status = tsgu_csr_transpose(&A, data_of(&h[2]), data_of(&h[3]), data_of(&h[4]), nthreads);
     Py_END_ALLOW_THREADS
     if (raise_status(status)) goto error;
     release(h, nh);
@@ -490,7 +492,7 @@ static PyMethodDef methods[] = {
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, perm, batch, n, m, B, out, nthreads)"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
-     "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm)"},
+     "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
     {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS, "coo_row_ptr(indices, sizes, row_ptr_or_None)"},
     {"trisolve", py_trisolve, METH_VARARGS,
      "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},

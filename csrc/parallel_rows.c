@@ -1,26 +1,48 @@
-/* parallel_rows.c: run a row-range function on threads, each chunk costing about
- * the same.  cost(r) = entries before row r * work_per_entry + r, so a row of
- * 10^5 entries is one thread's whole share rather than a stall for everybody.
- * Chunks are contiguous row ranges and each row belongs to exactly one chunk,
- * so kernels that write whole rows give the same bits for any thread count. */
+/* parallel_rows.c: run work on threads.
+ *
+ * tsgu_parallel_tasks runs fn(ctx, t) for t = 0..T-1, task 0 on the calling
+ * thread, and returns the first non-zero status in task order.
+ * tsgu_parallel_rows splits global rows into contiguous chunks of about equal
+ * cost, cost(r) = entries before row r * work_per_entry + r, so a row of 10^5
+ * entries is one thread's whole share rather than a stall for everybody.  Each
+ * row belongs to exactly one chunk, so kernels that write whole rows give the
+ * same bits for any thread count. */
 #include <pthread.h>
 #include "tsgu.h"
 
-#define TSGU_MAX_THREADS 256
 #define TSGU_MIN_COST_PER_THREAD (1 << 16) /* below this a thread costs more than it saves */
 
 typedef struct {
-    tsgu_rows_fn fn;
+    tsgu_task_fn fn;
     void *ctx;
-    int64_t r0, r1;
+    int64_t t;
     int status;
-} chunk;
+} task;
 
-static void *run_chunk(void *arg)
+static void *run_task(void *arg)
 {
-    chunk *c = arg;
-    c->status = c->fn(c->ctx, c->r0, c->r1);
+    task *c = arg;
+    c->status = c->fn(c->ctx, c->t);
     return NULL;
+}
+
+int tsgu_parallel_tasks(int64_t T, tsgu_task_fn fn, void *ctx)
+{
+    task c[TSGU_MAX_THREADS];
+    pthread_t tid[TSGU_MAX_THREADS];
+    int started[TSGU_MAX_THREADS] = {0};
+    if (T > TSGU_MAX_THREADS) T = TSGU_MAX_THREADS;
+    if (T <= 1) return T == 1 ? fn(ctx, 0) : TSGU_OK;
+    for (int64_t t = 0; t < T; t++) c[t] = (task){fn, ctx, t, TSGU_OK};
+    for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&tid[t], NULL, run_task, &c[t]) == 0;
+    run_task(&c[0]);
+    int status = c[0].status;
+    for (int64_t t = 1; t < T; t++) {
+        if (started[t]) pthread_join(tid[t], NULL);
+        else run_task(&c[t]); /* no thread to be had: do its share here */
+        if (status == TSGU_OK) status = c[t].status;
+    }
+    return status;
 }
 
 static int64_t row_cost(const tsgu_csr *A, int64_t r, int64_t w)
@@ -40,8 +62,7 @@ static int64_t find_row(const tsgu_csr *A, int64_t lo, int64_t hi, int64_t w, in
     return lo;
 }
 
-int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
-                       tsgu_rows_fn fn, void *ctx)
+int64_t tsgu_split_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads, int64_t *bounds)
 {
     int64_t R = A->batch * A->nrows, w = work_per_entry > 0 ? work_per_entry : 1;
     int64_t total = R ? row_cost(A, R, w) : 0;
@@ -49,26 +70,33 @@ int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
     if (T > TSGU_MAX_THREADS) T = TSGU_MAX_THREADS;
     if (total / TSGU_MIN_COST_PER_THREAD < T) T = total / TSGU_MIN_COST_PER_THREAD;
     if (T > R) T = R;
-    if (T <= 1 || total <= 0) return R ? fn(ctx, 0, R) : TSGU_OK;
-
-    chunk c[TSGU_MAX_THREADS];
-    pthread_t tid[TSGU_MAX_THREADS];
-    int started[TSGU_MAX_THREADS] = {0};
-    int64_t r0 = 0;
-    for (int64_t t = 0; t < T; t++) {
-        int64_t r1 = t == T - 1 ? R : find_row(A, r0, R, w, total / T * (t + 1));
-        if (r1 < r0) r1 = r0;
-        c[t] = (chunk){fn, ctx, r0, r1, TSGU_OK};
-        r0 = r1;
-    }
-    for (int64_t t = 1; t < T; t++)
-        started[t] = pthread_create(&tid[t], NULL, run_chunk, &c[t]) == 0;
-    run_chunk(&c[0]);
-    int status = c[0].status;
+    if (T < 1) T = 1;
+    bounds[0] = 0;
     for (int64_t t = 1; t < T; t++) {
-        if (started[t]) pthread_join(tid[t], NULL);
-        else run_chunk(&c[t]); /* no thread to be had: do its share here */
-        if (status == TSGU_OK) status = c[t].status;
+        int64_t r = find_row(A, bounds[t - 1], R, w, total / T * t);
+        bounds[t] = r < bounds[t - 1] ? bounds[t - 1] : r;
     }
-    return status;
+    bounds[T] = R;
+    return T;
+}
+
+typedef struct {
+    tsgu_rows_fn fn;
+    void *ctx;
+    const int64_t *bounds;
+} rows_job;
+
+static int rows_task(void *vjob, int64_t t)
+{
+    const rows_job *j = vjob;
+    return j->bounds[t] < j->bounds[t + 1] ? j->fn(j->ctx, j->bounds[t], j->bounds[t + 1]) : TSGU_OK;
+}
+
+int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
+                       tsgu_rows_fn fn, void *ctx)
+{
+    int64_t bounds[TSGU_MAX_THREADS + 1];
+    if (A->batch * A->nrows == 0) return TSGU_OK;
+    rows_job job = {fn, ctx, bounds};
+    return tsgu_parallel_tasks(tsgu_split_rows(A, work_per_entry, nthreads, bounds), rows_task, &job);
 }

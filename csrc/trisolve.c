@@ -14,10 +14,7 @@
  * Items are independent and go to threads whole; the columns of X are solved
  * together (every row update is an axpy over p), so the result does not
  * depend on the thread count. */
-#include <pthread.h>
 #include "tsgu.h"
-
-#define TSGU_TRI_MAX_THREADS 64
 
 typedef struct {
     const tsgu_csr *A;
@@ -29,17 +26,15 @@ typedef struct {
 #include "tsgu_template.h"
 
 typedef struct {
-    int (*fn)(const trisolve_ctx *, int64_t, int64_t);
+    int (*solve)(const trisolve_ctx *, int64_t, int64_t);
     const trisolve_ctx *x;
-    int64_t k0, k1;
-    int status;
-} tri_chunk;
+    int64_t batch, T;
+} tri_job;
 
-static void *tri_run(void *arg)
+static int tri_task(void *vjob, int64_t t)   /* whole items per thread */
 {
-    tri_chunk *c = arg;
-    c->status = c->fn(c->x, c->k0, c->k1);
-    return NULL;
+    const tri_job *j = vjob;
+    return j->solve(j->x, j->batch * t / j->T, j->batch * (t + 1) / j->T);
 }
 
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads)
@@ -50,25 +45,10 @@ int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int tra
     int64_t b = A->batch, T = nthreads < 1 ? 1 : nthreads;
     int status = check(&x, 0, b);              /* whole structure first, O(nnz) */
     if (status != TSGU_OK) return status;
-    if (T > TSGU_TRI_MAX_THREADS) T = TSGU_TRI_MAX_THREADS;
     if (T > b) T = b;
     if ((A->nnz + A->nrows) * (X->cols + 1) * 4 < (1 << 16) * T) T = 1; /* too small to split */
-    if (T <= 1) return b ? solve(&x, 0, b) : TSGU_OK;
-
-    tri_chunk c[TSGU_TRI_MAX_THREADS];
-    pthread_t tid[TSGU_TRI_MAX_THREADS];
-    int started[TSGU_TRI_MAX_THREADS] = {0};
-    for (int64_t t = 0; t < T; t++)            /* whole items per thread */
-        c[t] = (tri_chunk){solve, &x, b * t / T, b * (t + 1) / T, TSGU_OK};
-    for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&tid[t], NULL, tri_run, &c[t]) == 0;
-    tri_run(&c[0]);
-    status = c[0].status;
-    for (int64_t t = 1; t < T; t++) {
-        if (started[t]) pthread_join(tid[t], NULL);
-        else tri_run(&c[t]);                   /* no thread to be had: do its share here */
-        if (status == TSGU_OK) status = c[t].status;
-    }
-    return status;
+    tri_job job = {solve, &x, b, T};
+    return b ? tsgu_parallel_tasks(T, tri_task, &job) : TSGU_OK;
 }
 
 #else /* template body: real_t, idx_t, TSGU_FN */

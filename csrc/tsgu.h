@@ -108,9 +108,16 @@ static inline int64_t tsgu_row_start(const tsgu_csr *A, int64_t r)
     return tsgu_ptr_at(A, q) + k * A->entry_stride;
 }
 
-/* Run fn over the global rows [0, batch*nrows) split into chunks of about equal
- * cost (entries*work_per_entry + rows), on at most nthreads threads.  Returns
- * the first non-zero status any chunk returned. */
+/* threads (parallel_rows.c) */
+#define TSGU_MAX_THREADS 256
+/* Run fn(ctx, t) for t in [0, T) on T threads; first non-zero status in task order. */
+typedef int (*tsgu_task_fn)(void *ctx, int64_t t);
+int tsgu_parallel_tasks(int64_t T, tsgu_task_fn fn, void *ctx);
+/* Split the global rows [0, batch*nrows) into T <= nthreads contiguous chunks of
+ * about equal cost (entries*work_per_entry + rows); chunk t is
+ * [bounds[t], bounds[t+1]).  Returns T; bounds needs TSGU_MAX_THREADS+1 slots. */
+int64_t tsgu_split_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads, int64_t *bounds);
+/* Run fn over those chunks on threads; first non-zero status any chunk returned. */
 typedef int (*tsgu_rows_fn)(void *ctx, int64_t r0, int64_t r1);
 int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
                        tsgu_rows_fn fn, void *ctx);
@@ -120,7 +127,7 @@ int tsgu_csr_check_ends(const tsgu_csr *A);
 int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthreads);
 int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
                int nthreads);
-int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm);
+int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t sparse_dims, int64_t nnz,
                      const int64_t *sizes, int64_t *ptr);

@@ -548,3 +548,30 @@ def test_version_and_exports():
     assert tsgu.__version__
     assert set(tsgu.__all__) >= {"sparse_mm", "sparse_csr_tensor"}
     assert os.path.basename(tsgu._C.__file__).startswith("_C")
+
+
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batched):
+    """The grad_B transpose (parallel counting sort) equals a stable sort by column."""
+    from torchsparsegradutils._csr import as_csr
+    # large enough that two threads each take a chunk (cost > 2 * 65536)
+    A, _, _, D = make_case("csr", batched, 500, 400, 1, 140000, torch.float32, itype, seed=9)
+    view = as_csr(A)
+    b, n, m = view.batch, view.nrows, view.ncols
+    rows = torch.repeat_interleave(torch.arange(b * n), (lambda c: c[..., 1:] - c[..., :-1])(
+        view.ptr).reshape(-1))
+    key = (rows // n) * m + view.col.reshape(-1).long()
+    order = torch.sort(key, stable=True).indices
+    expect_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=b * m).cumsum(0)])
+    old = torch.get_num_threads()
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            tptr, trow, tperm = _kernels.transpose_pattern(view)
+            assert tptr.dtype == trow.dtype == tperm.dtype == itype
+            assert torch.equal(tptr.long(), expect_ptr)
+            assert torch.equal(tperm.long(), order)
+            assert torch.equal(trow.long(), rows[order] % n)
+    finally:
+        torch.set_num_threads(old)

@@ -51,16 +51,24 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
         At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(),
                                      (A.batch * A.ncols, A.batch * A.nrows))
         return torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p)).reshape(out_shape)
+    tptr, trow, tperm = transpose_pattern(A)
+    out = torch.empty(out_shape, dtype=G.dtype)
+    _C.spmm(tptr, trow, A.values.detach(), tperm, A.batch, A.ncols, A.nrows,
+            _unit_last_stride(G).detach(), out, torch.get_num_threads())
+    return out
+
+
+def transpose_pattern(A: CSRView):
+    """(tptr, trow, tperm) of every item's transpose, CPU only: tptr (b*m+1,) global
+    row pointers of A^T, trow the row of A each entry came from, and tperm its
+    position in A's entry arrays (A^T's values are A.values.flatten()[tperm])."""
     nnz = A.col.numel()
     itype = A.ptr.dtype
     tptr = torch.empty(A.batch * A.ncols + 1, dtype=itype)
     trow = torch.empty(nnz, dtype=itype)
     tperm = torch.empty(nnz, dtype=itype)
-    _C.csr_transpose(A.ptr, A.col, A.batch, A.nrows, A.ncols, tptr, trow, tperm)
-    out = torch.empty(out_shape, dtype=G.dtype)
-    _C.spmm(tptr, trow, A.values.detach(), tperm, A.batch, A.ncols, A.nrows,
-            _unit_last_stride(G).detach(), out, torch.get_num_threads())
-    return out
+    _C.csr_transpose(A.ptr, A.col, A.batch, A.nrows, A.ncols, tptr, trow, tperm, torch.get_num_threads())
+    return tptr, trow, tperm
 
 
 def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:

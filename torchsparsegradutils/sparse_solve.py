@@ -207,14 +207,9 @@ def _sparse_transpose(A: torch.Tensor) -> torch.Tensor:
         A = A.coalesce()
         return torch.sparse_coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
     view = as_csr(A)
-    n, m, nnz = view.nrows, view.ncols, view.col.numel()
     if view.values.device.type == "cpu":
-        it = view.ptr.dtype
-        tptr, trow, tperm = (torch.empty(m + 1, dtype=it), torch.empty(nnz, dtype=it),
-                             torch.empty(nnz, dtype=it))
-        from . import _C
-        _C.csr_transpose(view.ptr, view.col, 1, n, m, tptr, trow, tperm)
-        return torch.sparse_csr_tensor(tptr, trow, view.values[tperm.long()], (m, n))
+        tptr, trow, tperm = _kernels.transpose_pattern(view)
+        return torch.sparse_csr_tensor(tptr, trow, view.values[tperm.long()], (view.ncols, view.nrows))
     return A.t().to_sparse_csr()
 
 
