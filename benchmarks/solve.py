@@ -140,6 +140,7 @@ def ratios(rows):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=RESULTS, help="folder for the JSON and markdown results")
     args = ap.parse_args()
     repeats = 5 if args.quick else 10
     tri_cases = [(2000, 20000, 1), (2000, 20000, 16)] if args.quick else \
@@ -151,11 +152,11 @@ def main():
     for n in it_sizes:
         rows += bench_iterative(n, 1, repeats)
     rat = ratios(rows)
-    os.makedirs(RESULTS, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta = dict(torch=torch.__version__, scipy=__import__("scipy").__version__, threads=torch.get_num_threads(),
                 machine=platform.machine(), processor=platform.processor(), quick=args.quick, repeats=repeats)
-    with open(os.path.join(RESULTS, f"solve_{stamp}.json"), "w") as f:
+    with open(os.path.join(args.out, f"solve_{stamp}.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows, speedups=rat), f, indent=1)
     lines = [f"# Solve benchmarks ({stamp})", "", f"torch {meta['torch']}, scipy {meta['scipy']}, "
              f"{meta['threads']} threads, median of {repeats} runs after warm-up", "",
@@ -168,7 +169,7 @@ def main():
     for r in rat:
         lines.append(f"| {r['op']} | {r['case']} | {r['other']} | {r['speedup']:.2f}x |")
     md = "\n".join(lines) + "\n"
-    with open(os.path.join(RESULTS, f"solve_{stamp}.md"), "w") as f:
+    with open(os.path.join(args.out, f"solve_{stamp}.md"), "w") as f:
         f.write(md)
     print(md)
 
