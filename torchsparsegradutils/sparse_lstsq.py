@@ -6,9 +6,9 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels
 from ._csr import as_csr
+from ._validate import SUPPORTED_DTYPES
 from .sparse_matmul import sparse_mm
 
-_SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
 
 def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
@@ -65,7 +65,7 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
         raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
     if A.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
-    if A.dtype not in _SUPPORTED_DTYPES:
+    if A.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"sparse_generic_lstsq supports float32 and float64 values, got {A.dtype}")
     if B.dtype != A.dtype:
         raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")

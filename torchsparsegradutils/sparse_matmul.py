@@ -4,8 +4,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels
 from ._csr import as_csr
-
-_SUPPORTED_DTYPES = (torch.float32, torch.float64)
+from ._validate import check_operands
 
 
 def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -43,29 +42,9 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     TypeError
         Values of a dtype other than float32/float64, or A and B of different dtypes.
     """
-    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
-        raise ValueError("Both A and B should be instances of torch.Tensor")
-    if A.dim() < 2 or B.dim() < 2:
-        raise ValueError("Both A and B should be at least 2-dimensional tensors")
-    if A.dim() != B.dim() or A.dim() not in (2, 3):
-        raise ValueError(f"A and B must both be 2D or both be 3D tensors, got {A.dim()}D and {B.dim()}D")
-    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError(f"A should be in either COO or CSR sparse format, got {A.layout}")
-    if A.dense_dim() != 0:
-        raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
-                         f"got {A.dense_dim()}")
-    if B.layout != torch.strided:
-        raise ValueError(f"B must be a dense (strided) tensor, got {B.layout}")
-    if A.dim() == 3 and A.size(0) != B.size(0):
-        raise ValueError(f"If batched, A and B must have the same batch size, got {A.size(0)} and {B.size(0)}")
+    check_operands(A, B, "sparse_mm")
     if A.size(-1) != B.size(-2):
         raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-1)}] vs B[..., {B.size(-2)}]")
-    if A.device != B.device:
-        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
-    if A.dtype not in _SUPPORTED_DTYPES:
-        raise TypeError(f"sparse_mm supports float32 and float64 values, got A of dtype {A.dtype}")
-    if B.dtype != A.dtype:
-        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
     return SparseMatMul.apply(A, B)
 
 

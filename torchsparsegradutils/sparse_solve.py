@@ -12,8 +12,8 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels, _solve_kernels
 from ._csr import as_csr
+from ._validate import SUPPORTED_DTYPES, check_operands
 
-_SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
 
 def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True,
@@ -63,28 +63,11 @@ def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True
 
 
 def _check_solve_args(A, B, name: str) -> None:
-    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
-        raise ValueError("Both A and B should be instances of torch.Tensor")
-    if A.dim() < 2 or B.dim() < 2:
-        raise ValueError("Both A and B should be at least 2-dimensional tensors")
-    if A.dim() != B.dim() or A.dim() not in (2, 3):
-        raise ValueError(f"A and B must both be 2D or both be 3D tensors, got {A.dim()}D and {B.dim()}D")
-    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError(f"A should be in either COO or CSR sparse format, got {A.layout}")
-    if B.layout != torch.strided:
-        raise ValueError(f"B must be a dense (strided) tensor, got {B.layout}")
+    check_operands(A, B, name)
     if A.shape[-2] != A.shape[-1]:
         raise ValueError(f"A must be square on its last two dimensions, got shape {tuple(A.shape)}")
     if A.size(-2) != B.size(-2):
         raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-2)}] vs B[..., {B.size(-2)}]")
-    if A.dim() == 3 and A.size(0) != B.size(0):
-        raise ValueError(f"If batched, A and B must have the same batch size, got {A.size(0)} and {B.size(0)}")
-    if A.device != B.device:
-        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
-    if A.dtype not in _SUPPORTED_DTYPES:
-        raise TypeError(f"{name} supports float32 and float64 values, got A of dtype {A.dtype}")
-    if B.dtype != A.dtype:
-        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
 
 
 class SparseTriangularSolve(torch.autograd.Function):
@@ -176,7 +159,7 @@ def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Calla
         raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
     if A.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
-    if A.dtype not in _SUPPORTED_DTYPES:
+    if A.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"sparse_generic_solve supports float32 and float64 values, got {A.dtype}")
     if B.dtype != A.dtype:
         warnings.warn(f"A and B have different dtypes: A={A.dtype}, B={B.dtype}; B is converted to {A.dtype}",

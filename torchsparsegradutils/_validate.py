@@ -1,0 +1,31 @@
+"""The argument contract shared by the sparse-times-dense operations (sparse_mm and
+the solves): one place, so that every op raises the same errors for the same input."""
+import torch
+
+SUPPORTED_DTYPES = (torch.float32, torch.float64)
+
+
+def check_operands(A, B, name: str) -> None:
+    """A sparse COO/CSR (n, m) or (b, n, m) without dense dims; B strided with A's rank,
+    batch size, device and dtype (float32/float64).  Shapes beyond that are the op's to check."""
+    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+        raise ValueError("Both A and B should be instances of torch.Tensor")
+    if A.dim() < 2 or B.dim() < 2:
+        raise ValueError("Both A and B should be at least 2-dimensional tensors")
+    if A.dim() != B.dim() or A.dim() not in (2, 3):
+        raise ValueError(f"A and B must both be 2D or both be 3D tensors, got {A.dim()}D and {B.dim()}D")
+    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(f"A should be in either COO or CSR sparse format, got {A.layout}")
+    if A.dense_dim() != 0:
+        raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
+                         f"got {A.dense_dim()}")
+    if B.layout != torch.strided:
+        raise ValueError(f"B must be a dense (strided) tensor, got {B.layout}")
+    if A.dim() == 3 and A.size(0) != B.size(0):
+        raise ValueError(f"If batched, A and B must have the same batch size, got {A.size(0)} and {B.size(0)}")
+    if A.device != B.device:
+        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
+    if A.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} supports float32 and float64 values, got A of dtype {A.dtype}")
+    if B.dtype != A.dtype:
+        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
