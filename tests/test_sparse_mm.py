@@ -189,14 +189,57 @@ def test_gradcheck_through_values(layout, batched):
     assert torch.autograd.gradcheck(f, (values, B))
 
 
-def test_double_backward_raises_instead_of_dropping_terms():
-    A, B, G, _ = make_case("coo", False, 5, 4, 3, 8, torch.float64, torch.int64)
-    v = A.values().clone().requires_grad_()
+@pytest.mark.parametrize("batched", [False, True])
+def test_gradgradcheck_through_values(batched):
+    """Second derivatives: backward with create_graph=True records a graph of sparse kernels."""
+    A, B, _, _ = make_case("csr", batched, 6, 5, 3, 9, torch.float64, torch.int64, seed=2)
+    crow, col = A.crow_indices(), A.col_indices()
+    values = A.values().clone().requires_grad_()
+    B = B.requires_grad_()
+
+    def f(v, B):
+        return sparse_mm(sparse_csr_tensor(crow, col, v, A.shape), B)
+    assert torch.autograd.gradgradcheck(f, (values, B))
+
+
+def test_hessian_vector_product_matches_dense():
+    A, B, _, D = make_case("csr", False, 8, 6, 4, 20, torch.float64, torch.int64, seed=3)
+    crow, col = A.crow_indices(), A.col_indices()
+    mask = D != 0
+    v0 = A.values().clone()
+    W = torch.randn(8, 4, dtype=torch.float64)
+    u = torch.randn_like(v0)
+
+    def loss_sparse(v, B):
+        return (sparse_mm(sparse_csr_tensor(crow, col, v, A.shape), B) ** 2 * W).sum()
+
+    def loss_dense(v, B):
+        Dv = torch.zeros(8, 6, dtype=torch.float64).masked_scatter(mask, v)
+        return ((Dv @ B) ** 2 * W).sum()
+
+    results = []
+    for loss in (loss_sparse, loss_dense):
+        v = v0.clone().requires_grad_()
+        Bx = B.clone().requires_grad_()
+        gv, gB = torch.autograd.grad(loss(v, Bx), (v, Bx), create_graph=True)
+        hv = torch.autograd.grad((gv * u).sum() + gB.sum(), (v, Bx))
+        results.append(hv)
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y)
+
+
+def test_second_derivative_into_coo_leaf():
+    """d/dA of a function of grad_B, for a leaf COO A: sparse, and equal to the dense answer."""
+    A, B, G, D = make_case("coo", False, 7, 5, 3, 12, torch.float64, torch.int64, seed=6)
+    Al = A.detach().requires_grad_()
     Bx = B.clone().requires_grad_()
-    C = sparse_mm(torch.sparse_coo_tensor(A.indices(), v, A.shape), Bx)
-    (gB,) = torch.autograd.grad((C * G).sum(), Bx, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad"):
-        torch.autograd.grad(gB.sum(), v)
+    (gB,) = torch.autograd.grad((sparse_mm(Al, Bx) * G).sum(), Bx, create_graph=True)
+    (gA,) = torch.autograd.grad((gB ** 2).sum(), Al)
+    Dl = D.clone().requires_grad_()
+    (gBd,) = torch.autograd.grad((Dl @ Bx * G).sum(), Bx, create_graph=True)
+    (gAd,) = torch.autograd.grad((gBd ** 2).sum(), Dl)
+    assert gA.layout == torch.sparse_coo
+    torch.testing.assert_close(gA.to_dense(), gAd * (D != 0))
 
 
 def test_values_grad_of_uncoalesced_coo_duplicates():

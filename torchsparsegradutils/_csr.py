@@ -30,9 +30,13 @@ class CSRView(NamedTuple):
     coo_indices: Optional[torch.Tensor]
 
     def grad_like(self, g: torch.Tensor) -> torch.Tensor:
-        """A sparse tensor in A's layout with values g at A's stored positions."""
+        """A sparse tensor in A's layout with values g at A's stored positions;
+        differentiable in g, without densifying, when g carries a graph."""
         if self.coo_indices is not None:
             return torch.sparse_coo_tensor(self.coo_indices, g, self.shape, is_coalesced=True)
+        if g.requires_grad:
+            from .sparse_tensor import sparse_csr_tensor  # torch's own densifies in backward
+            return sparse_csr_tensor(self.ptr, self.col, g, self.shape)
         return torch.sparse_csr_tensor(self.ptr, self.col, g, self.shape)
 
 

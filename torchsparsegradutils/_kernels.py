@@ -73,10 +73,10 @@ def transpose_pattern(A: CSRView):
 
 def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) of A,
-    shaped like A.values: the gradient of A @ B w.r.t. A's values."""
-    if not _use_c(A.values, G, B):
+    shaped like A.col: the gradient of A @ B w.r.t. A's values (A.values unused)."""
+    if not _use_c(G, B):
         return _sddmm_gather(A, G, B)
-    g = torch.empty(A.values.shape, dtype=G.dtype)
+    g = torch.empty(A.col.shape, dtype=G.dtype)
     _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, _unit_last_stride(G).detach(),
              _unit_last_stride(B).detach(), g, torch.get_num_threads())
     return g
@@ -95,7 +95,7 @@ def _global_csr(A: CSRView):
     counts = ptr[1:] - ptr[:-1]
     rows = torch.repeat_interleave(torch.arange(b * n, device=ptr.device), counts)
     cols = col + (rows // n) * m if n else col
-    vals = A.values.reshape(-1)
+    vals = A.values.reshape(-1) if A.values is not None else torch.ones(col.numel(), device=ptr.device)
     A2 = torch.sparse_csr_tensor(ptr, cols, vals, (b * n, b * m))
     return A2, rows, cols
 
@@ -109,4 +109,4 @@ def _sddmm_gather(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     for s in range(0, rows.numel(), step):
         r, c = rows[s:s + step], cols[s:s + step]
         g[s:s + step] = (G2.index_select(0, r) * B2.index_select(0, c)).sum(1)
-    return g.reshape(A.values.shape)
+    return g.reshape(A.col.shape)

@@ -1,8 +1,7 @@
 """sparse_mm: sparse A times dense B, with a gradient for A that stays sparse."""
 import torch
-from torch.autograd.function import once_differentiable
 
-from . import _kernels
+from . import _differentiable, _kernels
 from ._csr import as_csr
 from ._validate import check_operands
 
@@ -66,20 +65,35 @@ class SparseMatMul(torch.autograd.Function):
         if guard is None and ctx.needs_input_grad[1] and _shares_storage(values, A):
             values = values.clone()
         ctx.view = view._replace(ptr=None, col=None, values=None)
-        ctx.save_for_backward(view.ptr, view.col, values, B, guard)
+        ctx.save_for_backward(view.ptr, view.col, values, B, guard, A)
         return C
 
     @staticmethod
-    @once_differentiable  # the C backward records no graph: double backward must raise, not drop terms
     def backward(ctx, G):
-        ptr, col, values, B, _ = ctx.saved_tensors
+        ptr, col, values, B, _, A = ctx.saved_tensors
         view = ctx.view._replace(ptr=ptr, col=col, values=values)
         grad_A = grad_B = None
+        if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
+            if ctx.needs_input_grad[0]:
+                grad_A = view.grad_like(_differentiable.sddmm(view, G, B))
+            if ctx.needs_input_grad[1]:
+                grad_B = _differentiable.spmm_t(view, _values_of(A, values), G)
+            return grad_A, grad_B
         if ctx.needs_input_grad[0]:
             grad_A = view.grad_like(_kernels.sddmm(view, G, B))
         if ctx.needs_input_grad[1]:
             grad_B = _kernels.spmm_t(view, G)
         return grad_A, grad_B
+
+
+def _values_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """A's values in the view's order (the saved `values`), differentiable w.r.t. A
+    when A carries a graph."""
+    if not A.requires_grad:
+        return values
+    if A.layout == torch.sparse_coo:
+        return A.coalesce().values()
+    return A.values()
 
 
 def _values_guard(A: torch.Tensor):

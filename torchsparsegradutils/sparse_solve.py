@@ -11,6 +11,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kernels, _solve_kernels
+from ._differentiable import sddmm
 from ._csr import as_csr
 from ._validate import SUPPORTED_DTYPES, check_operands
 
@@ -205,41 +206,6 @@ def _solution_like(X: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     return X.to(B.dtype).reshape(B.shape)
 
 
-class _SampledProduct(torch.autograd.Function):
-    """g[e] = dot(U[i,:], V[j,:]) at A's stored entries e = (i, j): SDDMM, differentiable in U and V.
-
-    Its backward (dU = S V, dV = S^T U with S the pattern holding the incoming
-    gradient) is what makes the solve backward differentiable once more."""
-
-    @staticmethod
-    def forward(ctx, ptr, col, view, U, V):
-        view = view._replace(ptr=ptr, col=col)
-        ctx.view = view._replace(ptr=None, col=None)
-        ctx.save_for_backward(ptr, col, U, V)
-        return _kernels.sddmm(view, U, V)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, gg):
-        ptr, col, U, V = ctx.saved_tensors
-        S = ctx.view._replace(ptr=ptr, col=col, values=gg.contiguous())
-        dU = _kernels.spmm(S, V) if ctx.needs_input_grad[3] else None
-        dV = _kernels.spmm_t(S, U) if ctx.needs_input_grad[4] else None
-        return None, None, None, dU, dV
-
-
-def _sampled(view, U, V):
-    return _SampledProduct.apply(view.ptr, view.col, view, U, V)
-
-
-def _grad_on_pattern(view, g: torch.Tensor) -> torch.Tensor:
-    """A sparse tensor in A's layout holding g at A's positions, differentiable in g without densifying."""
-    if view.coo_indices is not None:
-        return torch.sparse_coo_tensor(view.coo_indices, g, view.shape, is_coalesced=True)
-    from .sparse_tensor import sparse_csr_tensor
-    return sparse_csr_tensor(view.ptr, view.col, g, view.shape)
-
-
 class SparseGenericSolve(torch.autograd.Function):
     """The autograd Function behind :func:`sparse_generic_solve`: solves ``A X = B``
     (``A^T X = B`` when ``transposed``), whose backward is one more such solve."""
@@ -263,6 +229,6 @@ class SparseGenericSolve(torch.autograd.Function):
         grad_A = None
         if ctx.needs_input_grad[0]:
             view = as_csr(A.detach())
-            g = _sampled(view, X, grad_B) if transposed else _sampled(view, grad_B, X)
-            grad_A = _grad_on_pattern(view, -g)
+            g = sddmm(view, X, grad_B) if transposed else sddmm(view, grad_B, X)
+            grad_A = view.grad_like(-g)
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None, None
