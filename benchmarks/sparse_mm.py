@@ -1,0 +1,456 @@
+"""Benchmark suite for ``torchsparsegradutils.sparse_mm`` (sparse A @ dense B, sparse A.grad).
+
+Run from the repository root::
+
+    python -m benchmarks.sparse_mm --quick            # about a minute; CI smoke run
+    python -m benchmarks.sparse_mm                    # full grid, about 20 minutes on 2 cores
+    python -m benchmarks.sparse_mm --graph /work/shared/data/cora.npz   # add a real graph
+
+Options: ``--out DIR`` (default benchmarks/results), ``--threads N`` (default 2),
+``--setup-published`` (create the published release's venv in quick mode too),
+``--no-published``, ``--no-memory``.
+
+What it does, side by side in one run, for every case (matrix x p x dtype x index dtype):
+
+* methods: ours (COO and CSR input), ``torch.sparse.mm`` (COO and CSR), dense
+  ``torch.mm`` where A fits (<= 2 GB), the gather-based backward of the published
+  algorithm (``(G[row] * B[col]).sum(1)`` and ``torch.sparse.mm(A.t(), G)``), a
+  Python loop of ``torch.sparse.mm`` over the items (batched cases), and the
+  published ``torchsparsegradutils`` release from PyPI, which shares our import
+  name and so runs in its own venv (``benchmarks/.venv-published``, git-ignored)
+  through ``benchmarks/_worker.py``;
+* correctness first: every method's C, grad_A (on A's pattern) and grad_B against
+  a float64 reference, with a relative tolerance;
+* timing: warm-up, then median and min of >= 5 runs of forward, backward
+  (grad_A + grad_B) and forward+backward, each separately;
+* peak memory of forward+backward in a fresh process per matrix (high-water mark
+  reset before each method), against the necessary amount (C + grad_B + grad_A values);
+* GFLOP/s (2 nnz p) and GB/s against the bytes model
+  ``nnz*(index+value) + nnz*p*itemsize + n*p*itemsize``, and as a fraction of the
+  machine's copy / triad bandwidth measured in the same run.
+
+It writes ``sparse_mm_{quick,full}.json`` / ``.md`` and PNG plots under ``--out``
+and prints, at the end, which of the issue's targets hold and which miss.
+Timings are never asserted on: the script exits 0 whatever they are.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+# PyTorch's OpenMP threads spin after each parallel region by default.  On a shared
+# 2-vCPU machine that made torch.sparse.mm take 16-32 ms instead of 0.2-0.6 ms
+# (scheduler-tick multiples) and slowed our pthreads too, so the suite runs with
+# passive waiting unless the caller set a policy.  It must be set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+from . import _harness as H
+from . import _matrices as M
+from . import _report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "_worker.py")
+PUBLISHED_PACKAGE = "torchsparsegradutils==0.2.7"   # newest on PyPI when this suite was written
+LOCAL_METHODS = ["ours COO", "ours CSR", "torch COO", "torch CSR", "torch loop", "dense", "gather"]
+PUBLISHED_METHODS = ["published COO", "published CSR"]
+
+
+@dataclass
+class Group:
+    """One matrix, one dtype and index dtype, several p: the unit of input generation."""
+    spec: M.MatrixSpec
+    ps: Tuple[int, ...]
+    dtype: str = "float32"
+    index_dtype: str = "int64"
+    memory: bool = True
+
+
+def full_grid(graph: Optional[str]) -> List[Group]:
+    """About 22 minutes on this shared 2-core machine.  Left out for time (said so in the
+    report): n = 1e6 with 64 entries per row, p = 256 beyond n = 1e4, p = 64 at n >= 1e6 and
+    at 64 per row, p > 1 at n = 1e6 with 16 per row.  (The saved full run of 2025-11 used a
+    larger grid, listed in its JSON, and took 31 minutes.)"""
+    U = lambda n, k: M.MatrixSpec("uniform", n, n, k)  # noqa: E731
+    batched = M.MatrixSpec("batched", 1024, 1024, batch=128, nnz_item=4096)
+    groups = [
+        Group(U(10_000, 16), (1, 16, 64, 256)),
+        Group(U(100_000, 4), (16,)),
+        Group(U(100_000, 16), (1, 16, 64)),
+        Group(U(100_000, 64), (16,)),
+        Group(U(1_000_000, 4), (1, 16)),
+        Group(U(1_000_000, 16), (1,)),
+        Group(M.MatrixSpec("powerlaw", 100_000, 100_000, 16), (1, 16, 64)),
+        Group(M.MatrixSpec("banded", 1_000_000, 1_000_000), (1, 16)),
+        Group(batched, (1, 16, 64)),
+        # dtype / index-dtype variants
+        Group(U(100_000, 16), (16,), dtype="float64", memory=False),
+        Group(U(100_000, 16), (16,), index_dtype="int32", memory=False),
+        Group(batched, (16,), dtype="float64", index_dtype="int32", memory=False),
+    ]
+    if graph:
+        groups.insert(9, Group(M.graph_spec(graph), (16, 64)))
+    return groups
+
+
+def quick_grid(graph: Optional[str]) -> List[Group]:
+    """About a minute on 2 cores: small versions of each kind of matrix."""
+    groups = [
+        Group(M.MatrixSpec("uniform", 5_000, 5_000, 16), (1, 16)),
+        Group(M.MatrixSpec("powerlaw", 20_000, 20_000, 16), (16,)),
+        Group(M.MatrixSpec("banded", 102_400, 102_400), (16,), memory=False),
+        Group(M.MatrixSpec("batched", 1024, 1024, batch=128, nnz_item=4096), (16,)),
+        Group(M.MatrixSpec("uniform", 5_000, 5_000, 16), (16,), dtype="float64", index_dtype="int32",
+              memory=False),
+    ]
+    if graph:
+        groups.append(Group(M.graph_spec(graph), (16,), memory=False))
+    return groups
+
+
+QUICK_LIMITS = {"dense": 0.25e9, "densify": 0.25e9, "gather": 1e9}
+FULL_LIMITS = {"dense": H.DENSE_LIMIT, "densify": H.DENSIFY_LIMIT, "gather": H.GATHER_LIMIT}
+
+
+# --------------------------------------------------------------------------- machine
+
+def machine_info(threads: int) -> Dict[str, object]:
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+
+
+def background_load(seconds: float = 1.0) -> float:
+    """CPUs busy with other work while this process sleeps (0 .. cores), from /proc/stat."""
+    def busy_total():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v) - idle, sum(v)
+    try:
+        b0, t0 = busy_total()
+        time.sleep(seconds)
+        b1, t1 = busy_total()
+    except OSError:
+        return float("nan")
+    return (b1 - b0) / max(t1 - t0, 1) * (os.cpu_count() or 1)
+
+
+def measure_bandwidth(n_elems: int = 1 << 25, reps: int = 9) -> Dict[str, float]:
+    """Copy (a = b) and triad (a = b + s*c) through torch on float32 arrays far larger than
+    the caches, counting the bytes read and written; median GB/s of `reps` runs."""
+    a, b, c = (torch.rand(n_elems) for _ in range(3))
+    item = a.element_size()
+    out = {}
+    for name, op, nbytes in (("copy", lambda: a.copy_(b), 2 * n_elems * item),
+                             ("triad", lambda: torch.add(b, c, alpha=3.0, out=a), 3 * n_elems * item)):
+        op()
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            op()
+            ts.append(time.perf_counter() - t0)
+        out[name + "_GBps"] = nbytes / statistics.median(ts) / 1e9
+    out["array_MB"] = n_elems * item / 1e6
+    return out
+
+
+# --------------------------------------------------------------------------- published venv
+
+def _venv_python(venv: str) -> str:
+    return os.path.join(venv, "bin", "python")
+
+
+def _probe_published(py: str) -> Tuple[bool, str]:
+    code = ("import torch, torchsparsegradutils as t, os, importlib.metadata as md; "
+            "print(md.version('torchsparsegradutils'), torch.__version__, os.path.dirname(t.__file__))")
+    try:
+        r = subprocess.run([py, "-I", "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, f"{type(e).__name__}: {e}"
+    if r.returncode != 0:
+        return False, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "import failed"
+    ver, tv, where = r.stdout.split()
+    if os.path.abspath(where).startswith(os.path.dirname(HERE) + os.sep + "torchsparsegradutils"):
+        return False, "the venv imports this repository's torchsparsegradutils, not the release"
+    return True, f"torchsparsegradutils {ver} (torch {tv}) at {where}"
+
+
+def ensure_published(venv: str, create: bool) -> Tuple[Optional[str], str]:
+    """The venv's interpreter and a description, or (None, why it is unavailable).
+
+    Creation installs the pinned CPU torch first (pip finds the local build for this
+    exact pin: never let pip resolve an unpinned torch), then the release's other
+    dependencies, then the release itself with --no-deps."""
+    py = _venv_python(venv)
+    if os.path.exists(py):
+        ok, msg = _probe_published(py)
+        if ok:
+            return py, msg
+        if not create:
+            return None, f"venv at {venv} is broken: {msg}"
+    elif not create:
+        return None, f"no venv at {venv} (the full mode or --setup-published creates it)"
+    torch_pin = "torch==" + torch.__version__.split("+")[0]
+    steps = [[sys.executable, "-m", "venv", venv],
+             [py, "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "60", torch_pin],
+             [py, "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "60", torch_pin,
+              "numpy", "scipy", "packaging"],
+             [py, "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "60", "--no-deps",
+              PUBLISHED_PACKAGE]]
+    print(f"setting up the published release in {venv} ...", flush=True)
+    for cmd in steps:
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd="/")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, f"venv setup failed at {' '.join(cmd[-2:])}: {type(e).__name__}"
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or ["?"])[-1]
+            return None, f"venv setup failed at `{' '.join(cmd[2:])}`: {tail}"
+    ok, msg = _probe_published(py)
+    return (py, msg) if ok else (None, msg)
+
+
+# --------------------------------------------------------------------------- workers
+
+def run_worker(python: str, job: dict, memory: bool, on_row, timeout: float = 1800) -> dict:
+    """Run _worker.py with `python` on `job`; stream its progress rows to on_row."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(job["threads"]))
+    env.pop("PYTHONPATH", None)
+    if memory:
+        # A fixed mmap threshold also turns glibc's dynamic threshold off: every large
+        # block is unmapped when freed, so one method's freed memory cannot hide the next one's.
+        env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="131072")
+    proc = subprocess.Popen([python, "-I", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd="/")
+    proc.stdin.write(json.dumps(job))
+    proc.stdin.close()
+    err_tail = []
+    deadline = time.time() + timeout
+    for line in proc.stderr:
+        line = line.strip()
+        if line.startswith('{"progress"'):
+            on_row(json.loads(line)["progress"])
+        elif line and "Warning" not in line and "warnings.warn" not in line and "sparse_csr_tensor" not in line:
+            err_tail = (err_tail + [line])[-5:]
+        if time.time() > deadline:
+            proc.kill()
+            break
+    out = proc.stdout.read()
+    rc = proc.wait()
+    if rc != 0 or not out.strip():
+        return {"error": f"worker exited {rc}: {' | '.join(err_tail)}"}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- local timing
+
+def time_local(inp: dict, ref: dict, reps: int, methods):
+    """Check, then time, every method of this process on one case; yield a record per method."""
+    for name in LOCAL_METHODS:
+        row = {"method": name}
+        try:
+            prep = methods[name](inp)
+            row["check"] = H.check(prep, inp, ref)
+            row["timing"] = H.time_method(prep, inp["G"], reps, warmup=1)
+            row["bwd_skip"] = prep.bwd_skip
+            del prep
+        except H.Skip as e:
+            row["skip"] = str(e)
+        except Exception as e:  # noqa: BLE001 - recorded in the results, never fatal
+            row["error"] = f"{type(e).__name__}: {e}"
+        yield row
+
+
+def _fmt_ms(t) -> str:
+    if isinstance(t, dict):
+        return f"{t['median_s'] * 1e3:9.2f}"
+    return "     skip"
+
+
+def progress_line(t0: float, label: str, row: dict) -> str:
+    head = f"[{time.time() - t0:6.0f}s] {label:<44} {row['method']:<14}"
+    if "skip" in row or "error" in row:
+        return head + " " + (row.get("skip") or "ERROR " + row["error"])[:90]
+    if "memory" in row:
+        mem = row["memory"]
+        return head + f" peak {mem['peak_bytes'] / 1e6:9.1f} MB (necessary {mem['necessary_bytes'] / 1e6:.1f} MB)"
+    t = row["timing"]
+    ok = "ok" if row["check"]["ok"] else f"WRONG {row['check']}"
+    return head + f" fwd {_fmt_ms(t['fwd'])} ms  bwd {_fmt_ms(t['bwd'])} ms  fwd+bwd {_fmt_ms(t['fwdbwd'])} ms  {ok}"
+
+
+def case_label(spec: M.MatrixSpec, p: int, dtype: str, index_dtype: str) -> str:
+    return f"{spec.label} p={p} {dtype[0]}{dtype[-2:]}/i{index_dtype[-2:]}"
+
+
+# --------------------------------------------------------------------------- main
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small grid, about a minute")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5, help="timed runs per phase (>= 5)")
+    ap.add_argument("--graph", default=None, help="optional .npz graph (edge_index), e.g. cora.npz")
+    ap.add_argument("--venv", default=os.path.join(HERE, ".venv-published"))
+    ap.add_argument("--setup-published", action="store_true", help="create the venv in quick mode too")
+    ap.add_argument("--no-published", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--report-only", metavar="JSON", help="rewrite the markdown and plots of a saved run")
+    args = ap.parse_args(argv)
+    if args.report_only:
+        return write_report(args.report_only)
+    reps = max(5, args.reps)
+    mode = "quick" if args.quick else "full"
+    t_start = time.time()
+    H.env_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+
+    machine = machine_info(args.threads)
+    print(f"sparse_mm benchmarks ({mode}): {machine['cpu']}, {machine['cores']} cores, "
+          f"{args.threads} threads, torch {machine['torch']}", flush=True)
+    machine["background_cpus_busy_start"] = background_load()
+    bw = measure_bandwidth()
+    print(f"bandwidth: copy {bw['copy_GBps']:.1f} GB/s, triad {bw['triad_GBps']:.1f} GB/s; "
+          f"other load before the run: {machine['background_cpus_busy_start']:.2f} CPUs busy", flush=True)
+
+    if args.no_published:
+        pub_py, pub_msg = None, "disabled with --no-published"
+    else:
+        pub_py, pub_msg = ensure_published(args.venv, create=(mode == "full" or args.setup_published))
+    print(f"published release: {pub_msg if pub_py else 'unavailable: ' + pub_msg}", flush=True)
+
+    groups = quick_grid(args.graph) if args.quick else full_grid(args.graph)
+    limits = QUICK_LIMITS if args.quick else FULL_LIMITS
+    H.set_limits(**limits)
+    methods = H.methods_here(published=False)
+    import torchsparsegradutils as ours
+    recs: Dict[Tuple[int, int, str], dict] = {}        # (group, p, method) -> record
+
+    def rec(gi: int, p: int, method: str) -> dict:
+        g = groups[gi]
+        if (gi, p, method) not in recs:
+            recs[(gi, p, method)] = {"matrix": g.spec.label, "kind": g.spec.kind, "spec": g.spec.to_dict(),
+                                     "dtype": g.dtype, "index_dtype": g.index_dtype, "p": p, "method": method}
+        return recs[(gi, p, method)]
+
+    def on_worker_row(kind: str):
+        def on_row(row):
+            gi = row["group"]
+            r = rec(gi, row["p"], row["method"])
+            if kind == "memory":
+                if "memory" in row:
+                    r["memory"] = row["memory"]
+                elif "error" in row:
+                    r["memory_error"] = row["error"]
+            else:
+                r.update({k: v for k, v in row.items() if k not in ("group", "p", "method", "traceback")})
+            g = groups[gi]
+            label = case_label(g.spec, row["p"], g.dtype, g.index_dtype) + (" [mem]" if kind == "memory" else "")
+            print(progress_line(t_start, label, row), flush=True)
+        return on_row
+
+    def mark(gis, names, key, why):
+        for gi in gis:
+            for p in groups[gi].ps:
+                for name in names:
+                    rec(gi, p, name).setdefault(key, why)
+
+    # The quick mode starts each worker once for all its matrices; the full mode once per matrix.
+    batches = [list(range(len(groups)))] if args.quick else [[i] for i in range(len(groups))]
+    for batch in batches:
+        for gi in batch:
+            g = groups[gi]
+            dtype, itype = getattr(torch, g.dtype), getattr(torch, g.index_dtype)
+            indices, shape = M.pattern(g.spec)
+            for p in g.ps:
+                inp = M.make_inputs(indices, shape, p, dtype, itype, g.spec.kind)
+                ref = H.reference(inp)
+                label = case_label(g.spec, p, g.dtype, g.index_dtype)
+                for row in time_local(inp, ref, reps, methods):
+                    r = rec(gi, p, row["method"])
+                    r.update(row, shape=list(shape), nnz=int(indices.shape[1]))
+                    print(progress_line(t_start, label, row), flush=True)
+                del inp, ref
+            for p in g.ps:            # shape and nnz for the published rows too
+                for name in PUBLISHED_METHODS:
+                    rec(gi, p, name).update(shape=list(shape), nnz=int(indices.shape[1]))
+        job = {"groups": [{"id": gi, "spec": groups[gi].spec.to_dict(), "ps": list(groups[gi].ps),
+                           "dtype": groups[gi].dtype, "index_dtype": groups[gi].index_dtype} for gi in batch],
+               "reps": reps, "warmup": 1, "threads": args.threads, "limits": limits}
+        if pub_py:
+            out = run_worker(pub_py, dict(job, mode="time", methods=PUBLISHED_METHODS, published=True),
+                             False, on_worker_row("time"))
+            if "error" in out:
+                mark(batch, PUBLISHED_METHODS, "unavailable", out["error"])
+        else:
+            mark(batch, PUBLISHED_METHODS, "unavailable", pub_msg)
+        mem_batch = [gi for gi in batch if groups[gi].memory]
+        if mem_batch and not args.no_memory:
+            mjob = dict(job, groups=[j for j in job["groups"] if j["id"] in mem_batch])
+            out = run_worker(sys.executable, dict(mjob, mode="memory", methods=LOCAL_METHODS, published=False),
+                             True, on_worker_row("memory"))
+            if "error" in out:
+                mark(mem_batch, LOCAL_METHODS, "memory_error", out["error"])
+            if pub_py:
+                out = run_worker(pub_py, dict(mjob, mode="memory", methods=PUBLISHED_METHODS, published=True),
+                                 True, on_worker_row("memory"))
+                if "error" in out:
+                    mark(mem_batch, PUBLISHED_METHODS, "memory_error", out["error"])
+    results = list(recs.values())
+
+    elapsed = time.time() - t_start
+    machine["background_cpus_busy_end"] = background_load()
+    doc = {"mode": mode, "machine": machine, "bandwidth": bw, "published": {"available": bool(pub_py),
+           "detail": pub_msg, "package": PUBLISHED_PACKAGE}, "ours": {"version": ours.__version__},
+           "threads": args.threads, "reps": reps, "elapsed_s": elapsed,
+           "grid": [{"matrix": g.spec.label, "ps": list(g.ps), "dtype": g.dtype, "index_dtype": g.index_dtype,
+                     "memory": g.memory} for g in groups],
+           "notes": _report.grid_notes(mode), "results": results}
+    stem = os.path.join(args.out, f"sparse_mm_{mode}")
+    with open(stem + ".json", "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    return write_report(stem + ".json")
+
+
+def write_report(json_path: str) -> int:
+    """Targets, markdown and plots from a results JSON (the one just written, or a saved one)."""
+    with open(json_path) as f:
+        doc = json.load(f)
+    for r in doc["results"]:
+        _report.derive(r, doc["bandwidth"])
+    doc["targets"] = _report.targets(doc["results"], doc["bandwidth"])
+    with open(json_path, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
+    stem = json_path[:-len(".json")] if json_path.endswith(".json") else json_path
+    with open(stem + ".md", "w") as f:
+        f.write(_report.markdown(doc))
+    plots = _report.plots(doc, os.path.dirname(stem) or ".", doc["mode"])
+    print()
+    print(_report.headline_table(doc))
+    print()
+    print(_report.targets_text(doc["targets"]))
+    print(f"\nwrote {json_path}, {stem}.md" + (f", {', '.join(plots)}" if plots else "")
+          + f"  (run took {doc['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
