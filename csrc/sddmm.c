@@ -29,7 +29,8 @@ int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
-TSGU_ISA_ATTR static real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y, int64_t p)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y,
+                                                     const int64_t p)
 {
     real_t acc[TSGU_LANES] = {0};
     int64_t t = 0;
@@ -41,14 +42,16 @@ TSGU_ISA_ATTR static real_t TSGU_FN(dot)(const real_t *restrict x, const real_t 
     return s;
 }
 
-TSGU_ISA_ATTR static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
+/* rows [r0, r1); inlined with p constant for the common widths, so each dot is
+ * unrolled into vector registers */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, int64_t r0, int64_t r1,
+                                                          const int64_t p)
 {
-    const sddmm_ctx *x = vctx;
     const tsgu_csr *A = x->A;
     const idx_t *Ap = A->ptr, *Aj = A->col;
     const real_t *Gx = x->G->data, *Bx = x->B->data;
     real_t *out = x->out;
-    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, p = x->G->cols;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
         int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
@@ -67,6 +70,18 @@ TSGU_ISA_ATTR static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
         }
     }
     return TSGU_OK;
+}
+
+TSGU_ISA_ATTR static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
+{
+    const sddmm_ctx *x = vctx;
+    switch (x->G->cols) {
+    case 1: return TSGU_FN(sddmm_range)(x, r0, r1, 1);
+    case 16: return TSGU_FN(sddmm_range)(x, r0, r1, 16);
+    case 32: return TSGU_FN(sddmm_range)(x, r0, r1, 32);
+    case 64: return TSGU_FN(sddmm_range)(x, r0, r1, 64);
+    default: return TSGU_FN(sddmm_range)(x, r0, r1, x->G->cols);
+    }
 }
 
 #endif

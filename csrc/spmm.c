@@ -13,7 +13,8 @@ typedef struct {
     tsgu_dense *C;
 } spmm_ctx;
 
-#define TSGU_AHEAD 8  /* entries ahead of the one being summed whose B row is prefetched */
+#define TSGU_AHEAD 8   /* entries ahead of the one being summed whose B row is prefetched */
+#define TSGU_PBLOCK 64 /* columns of C summed at once, in registers for constant widths */
 #define TSGU_LINE 64  /* bytes per cache line */
 
 #define TSGU_TEMPLATE_FILE "spmm.c"
@@ -28,15 +29,18 @@ int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthread
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
-TSGU_ISA_ATTR static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
+/* rows [r0, r1) of C, p columns, values through A.perm when perm is set.
+ * Inlined with p and perm constant for the common widths, so the accumulator
+ * of a block of up to TSGU_PBLOCK columns lives in registers, not in C. */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int64_t r0, int64_t r1,
+                                                         const int64_t p, const int perm)
 {
-    const spmm_ctx *x = vctx;
     const tsgu_csr *A = x->A;
     const idx_t *Ap = A->ptr, *Aj = A->col, *Pm = A->perm;
     const real_t *Ax = A->val;
     const real_t *Bx = x->B->data;
     real_t *Cx = x->C->data;
-    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, p = x->C->cols;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
     int64_t ldb = x->B->rstride, ldc = x->C->rstride;
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
@@ -44,35 +48,44 @@ TSGU_ISA_ATTR static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
         if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
         const real_t *Bk = Bx + k * x->B->bstride;
         real_t *restrict c = Cx + k * x->C->bstride + i * ldc;
-        if (p == 1) {                          /* SpMV: keep the sum in a register */
-            real_t s = 0;
+        for (int64_t t0 = 0; t0 < p; t0 += TSGU_PBLOCK) {      /* column blocks */
+            const int64_t w = p - t0 < TSGU_PBLOCK ? p - t0 : TSGU_PBLOCK;
+            real_t acc[TSGU_PBLOCK];
+            for (int64_t t = 0; t < w; t++) acc[t] = 0;
             int64_t prev = -1;
             for (int64_t e = start; e < end; e++) {
-                int64_t j = Aj[e], src = Pm ? (int64_t)Pm[e] : e;
+                int64_t j = Aj[e], src = perm ? (int64_t)Pm[e] : e;
                 if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
-                if (src < 0 || src >= nnz) return TSGU_EPERM;
+                if (perm && (src < 0 || src >= nnz)) return TSGU_EPERM;
                 prev = j;
-                s += Ax[src] * Bk[j * ldb];
+                if (e + TSGU_AHEAD < end) /* fetch a B row we will need soon; it cannot fault */
+                    for (int64_t t = 0; t < w; t += TSGU_LINE / (int64_t)sizeof(real_t))
+                        TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * ldb + t0 + t);
+                const real_t a = Ax[src];
+                const real_t *restrict b = Bk + j * ldb + t0;
+                for (int64_t t = 0; t < w; t++) acc[t] += a * b[t];   /* acc += a * B[j,:] */
             }
-            c[0] = s;
-            continue;
-        }
-        for (int64_t t = 0; t < p; t++) c[t] = 0;
-        int64_t prev = -1;
-        for (int64_t e = start; e < end; e++) {
-            int64_t j = Aj[e], src = Pm ? (int64_t)Pm[e] : e;
-            if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
-            if (src < 0 || src >= nnz) return TSGU_EPERM;
-            prev = j;
-            if (e + TSGU_AHEAD < end)   /* fetch a B row we will need soon; it cannot fault */
-                for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
-                    TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * ldb + t);
-            const real_t a = Ax[src];
-            const real_t *restrict b = Bk + j * ldb;
-            for (int64_t t = 0; t < p; t++) c[t] += a * b[t];   /* c += a * B[j,:] */
+            for (int64_t t = 0; t < w; t++) c[t0 + t] = acc[t];
         }
     }
     return TSGU_OK;
+}
+
+TSGU_ISA_ATTR static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
+{
+    const spmm_ctx *x = vctx;
+    int64_t p = x->C->cols;
+#define TSGU_SPMM_WIDTHS(perm)                                                   \
+    switch (p) {                                                                 \
+    case 1: return TSGU_FN(spmm_range)(x, r0, r1, 1, perm);                      \
+    case 16: return TSGU_FN(spmm_range)(x, r0, r1, 16, perm);                    \
+    case 32: return TSGU_FN(spmm_range)(x, r0, r1, 32, perm);                    \
+    case 64: return TSGU_FN(spmm_range)(x, r0, r1, 64, perm);                    \
+    default: return TSGU_FN(spmm_range)(x, r0, r1, p, perm);                     \
+    }
+    if (x->A->perm) TSGU_SPMM_WIDTHS(1)
+    TSGU_SPMM_WIDTHS(0)
+#undef TSGU_SPMM_WIDTHS
 }
 
 #endif

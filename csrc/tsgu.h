@@ -88,6 +88,13 @@ static inline int tsgu_use_avx2(void)
 #define TSGU_X86_CLONES 0
 #endif
 
+/* force inlining, so that a constant width specializes a row loop */
+#if defined(__GNUC__) || defined(__clang__)
+#define TSGU_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define TSGU_ALWAYS_INLINE static inline
+#endif
+
 /* a prefetch hint for memory read soon; no-op where unavailable */
 #if defined(__GNUC__) || defined(__clang__)
 #define TSGU_PREFETCH(addr) __builtin_prefetch((addr), 0, 1)

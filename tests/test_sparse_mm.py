@@ -112,7 +112,8 @@ GRID = [
     ("coo", True, torch.int64), ("coo_uncoalesced", True, torch.int64),
     ("csr", True, torch.int64), ("csr", True, torch.int32),
 ]
-SHAPES = [(7, 5, 3, 12), (5, 9, 1, 10), (30, 40, 17, 200), (4, 4, 0, 5), (6, 3, 2, 0)]  # n, m, p, nnz
+SHAPES = [(7, 5, 3, 12), (5, 9, 1, 10), (30, 40, 17, 200), (4, 4, 0, 5), (6, 3, 2, 0),  # n, m, p, nnz
+          (12, 9, 16, 40), (11, 6, 32, 20), (10, 8, 64, 30), (9, 7, 130, 25)]  # the kernels' special widths
 
 
 @pytest.fixture(params=["c_kernels", "torch_ops"])
