@@ -179,11 +179,11 @@ static int raise_status(int status)
     return -1;
 }
 
-/* A CSR view from (ptr, col[, val][, perm]) with batch items of n x m:
+/* A CSR view from (ptr, col[, val]) with batch items of n x m:
  *   ptr 1D of batch*n+1 (global layout) with col 1D, or
  *   ptr 2D (batch, n+1) (batched layout) with col 2D (batch, nnz per item). */
-static int make_csr(const held *ptr, const held *col, const held *val, const held *perm,
-                    int64_t batch, int64_t n, int64_t m, tsgu_csr *A)
+static int make_csr(const held *ptr, const held *col, const held *val, int64_t batch, int64_t n,
+                    int64_t m, tsgu_csr *A)
 {
     const DLTensor *P = dl(ptr), *J = dl(col);
     int it = index_type(ptr);
@@ -230,18 +230,6 @@ static int make_csr(const held *ptr, const held *col, const held *val, const hel
         A->rtype = rt;
         A->val = data_of(val);
     }
-    if (perm) {
-        if (index_type(perm) != it || need_contiguous(perm)) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "%s must have the dtype of %s", perm->name, ptr->name);
-            return -1;
-        }
-        if (numel(dl(perm)) != A->nnz) {
-            PyErr_Format(PyExc_ValueError, "%s must have one entry per nonzero", perm->name);
-            return -1;
-        }
-        A->perm = data_of(perm);
-    }
     return raise_status(tsgu_csr_check_ends(A));
 }
 
@@ -279,36 +267,36 @@ static int make_dense(const held *h, int64_t batch, int64_t rows, int64_t cols, 
     return 0;
 }
 
-/* ---- spmm(ptr, col, val, perm, batch, n, m, B, C, nthreads) ----
- * C[k] = A[k] @ B[k]; A is batch x n x m, B (batch, m, p), C (batch, n, p). */
-static PyObject *py_spmm(PyObject *self, PyObject *args)
+/* ---- spmm(ptr, col, val, batch, n, m, B, C, nthreads) ----
+ * C[k] = A[k] @ B[k]; A is batch x n x m, B (batch, m, p), C (batch, n, p).
+ * ---- spmm_t(ptr, col, val, batch, n, m, G, out, nthreads) ----
+ * out[k] = A[k]^T @ G[k]; G (batch, n, p), out (batch, m, p). */
+static PyObject *spmm_either(PyObject *args, int transposed)
 {
-    (void)self;
-    PyObject *o[6];
+    PyObject *o[5];
     long long batch, n, m;
     int nthreads, status;
     held h[MAX_HELD] = {{0}};
     int nh = 0;
     tsgu_csr A;
-    tsgu_dense B, C;
-    if (!PyArg_ParseTuple(args, "OOOOLLLOOi", &o[0], &o[1], &o[2], &o[3], &batch, &n, &m, &o[4],
-                          &o[5], &nthreads))
+    tsgu_dense X, Y;
+    if (!PyArg_ParseTuple(args, "OOOLLLOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
+                          &nthreads))
         return NULL;
-    const char *names[6] = {"crow_indices", "col_indices", "values", "perm", "B", "out"};
-    for (int i = 0; i < 6; i++) {
-        if (o[i] == Py_None && i == 3) continue;
-        if (take(o[i], names[i], &h[i]) != 0) { nh = 6; goto error; }
-    }
-    nh = 6;
-    if (make_csr(&h[0], &h[1], &h[2], o[3] == Py_None ? NULL : &h[3], batch, n, m, &A)) goto error;
+    const char *names[5] = {"crow_indices", "col_indices", "values", transposed ? "grad" : "B", "out"};
+    nh = 5;
+    for (int i = 0; i < 5; i++)
+        if (take(o[i], names[i], &h[i]) != 0) goto error;
+    if (make_csr(&h[0], &h[1], &h[2], batch, n, m, &A)) goto error;
     {
-        int64_t p = dl(&h[5])->ndim >= 2 ? dl(&h[5])->shape[dl(&h[5])->ndim - 1] : -1;
-        if (make_dense(&h[4], batch, m, p, A.rtype, &B) || make_dense(&h[5], batch, n, p, A.rtype, &C))
+        int64_t p = dl(&h[4])->ndim >= 2 ? dl(&h[4])->shape[dl(&h[4])->ndim - 1] : -1;
+        int64_t in_rows = transposed ? n : m, out_rows = transposed ? m : n;
+        if (make_dense(&h[3], batch, in_rows, p, A.rtype, &X) ||
+            make_dense(&h[4], batch, out_rows, p, A.rtype, &Y) || need_contiguous(&h[4]))
             goto error;
-        if (need_contiguous(&h[5])) goto error;
     }
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spmm(&A, &B, &C, nthreads);
+    status = transposed ? tsgu_spmm_t(&A, &X, &Y, nthreads) : tsgu_spmm(&A, &X, &Y, nthreads);
     Py_END_ALLOW_THREADS
     if (raise_status(status)) goto error;
     release(h, nh);
@@ -316,6 +304,18 @@ static PyObject *py_spmm(PyObject *self, PyObject *args)
 error:
     release(h, nh);
     return NULL;
+}
+
+static PyObject *py_spmm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return spmm_either(args, 0);
+}
+
+static PyObject *py_spmm_t(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return spmm_either(args, 1);
 }
 
 /* ---- sddmm(ptr, col, batch, n, m, G, B, out, nthreads) ----
@@ -338,7 +338,7 @@ static PyObject *py_sddmm(PyObject *self, PyObject *args)
         if (take(o[i], names[i], &h[i]) != 0) { nh = 5; goto error; }
     nh = 5;
     /* out is checked as the value array of the pattern: one float per entry */
-    if (make_csr(&h[0], &h[1], &h[4], NULL, batch, n, m, &A)) goto error;
+    if (make_csr(&h[0], &h[1], &h[4], batch, n, m, &A)) goto error;
     {
         int64_t p = dl(&h[2])->ndim >= 2 ? dl(&h[2])->shape[dl(&h[2])->ndim - 1] : -1;
         if (make_dense(&h[2], batch, n, p, A.rtype, &G) || make_dense(&h[3], batch, m, p, A.rtype, &B))
@@ -374,7 +374,7 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
     for (int i = 0; i < 5; i++)
         if (take(o[i], names[i], &h[i]) != 0) { nh = 5; goto error; }
     nh = 5;
-    if (make_csr(&h[0], &h[1], NULL, NULL, batch, n, m, &A)) goto error;
+    if (make_csr(&h[0], &h[1], NULL, batch, n, m, &A)) goto error;
     for (int i = 2; i < 5; i++) {
         const DLTensor *t = dl(&h[i]);
         int64_t want = i == 2 ? batch * m + 1 : A.nnz;
@@ -472,7 +472,7 @@ static PyObject *py_trisolve(PyObject *self, PyObject *args)
     for (int i = 0; i < 4; i++)
         if (take(o[i], names[i], &h[i]) != 0) { nh = 4; goto error; }
     nh = 4;
-    if (make_csr(&h[0], &h[1], &h[2], NULL, batch, n, n, &A)) goto error;
+    if (make_csr(&h[0], &h[1], &h[2], batch, n, n, &A)) goto error;
     {
         int64_t p = dl(&h[3])->ndim >= 2 ? dl(&h[3])->shape[dl(&h[3])->ndim - 1] : -1;
         if (make_dense(&h[3], batch, n, p, A.rtype, &X) || need_contiguous(&h[3])) goto error;
@@ -489,7 +489,8 @@ error:
 }
 
 static PyMethodDef methods[] = {
-    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, perm, batch, n, m, B, out, nthreads)"},
+    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
+    {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},

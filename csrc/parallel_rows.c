@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include "tsgu.h"
 
-#define TSGU_MIN_COST_PER_THREAD (1 << 16) /* below this a thread costs more than it saves */
+#define TSGU_MIN_COST_PER_THREAD (1 << 18) /* below this a thread costs more than it saves */
 
 typedef struct {
     tsgu_task_fn fn;

@@ -63,7 +63,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
             prev = j;
-            if (e + TSGU_AHEAD < end)   /* fetch a B row we will need soon; it cannot fault */
+            if (e + TSGU_AHEAD < nnz)   /* a B row we will need soon; a prefetch cannot fault */
                 for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
                     TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * x->B->rstride + t);
             out[e] = TSGU_FN(dot)(g, Bk + j * x->B->rstride, p);

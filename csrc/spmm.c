@@ -1,10 +1,8 @@
 #ifndef TSGU_IN_TEMPLATE
 /* spmm.c: sparse times dense, C = A*B, for each item k of a batch
  *     C[k][i,:] = sum_e A.val[e] * B[k][A.col[e],:]   (e over the entries of row i)
- * With A.perm set, entry e takes its value from A.val[perm[e]]: this computes
- * grad_B = A^T*G on the transpose pattern built by csr_transpose, with no
- * atomics.  Each output row is summed by one thread in entry order, so the
- * result does not depend on the thread count. */
+ * Each output row is summed by one thread in entry order, so the result does
+ * not depend on the thread count. */
 #include "tsgu.h"
 
 typedef struct {
@@ -29,14 +27,14 @@ int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthread
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
-/* rows [r0, r1) of C, p columns, values through A.perm when perm is set.
- * Inlined with p and perm constant for the common widths, so the accumulator
- * of a block of up to TSGU_PBLOCK columns lives in registers, not in C. */
+/* rows [r0, r1) of C, p columns.  Inlined with p constant for the common
+ * widths, so the accumulator of a block of up to TSGU_PBLOCK columns lives in
+ * registers, not in C. */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int64_t r0, int64_t r1,
-                                                         const int64_t p, const int perm)
+                                                         const int64_t p)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Ap = A->ptr, *Aj = A->col, *Pm = A->perm;
+    const idx_t *Ap = A->ptr, *Aj = A->col;
     const real_t *Ax = A->val;
     const real_t *Bx = x->B->data;
     real_t *Cx = x->C->data;
@@ -54,14 +52,13 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
             for (int64_t t = 0; t < w; t++) acc[t] = 0;
             int64_t prev = -1;
             for (int64_t e = start; e < end; e++) {
-                int64_t j = Aj[e], src = perm ? (int64_t)Pm[e] : e;
+                int64_t j = Aj[e];
                 if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
-                if (perm && (src < 0 || src >= nnz)) return TSGU_EPERM;
                 prev = j;
-                if (e + TSGU_AHEAD < end) /* fetch a B row we will need soon; it cannot fault */
+                if (e + TSGU_AHEAD < nnz) /* a B row we will need soon; a prefetch cannot fault */
                     for (int64_t t = 0; t < w; t += TSGU_LINE / (int64_t)sizeof(real_t))
                         TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * ldb + t0 + t);
-                const real_t a = Ax[src];
+                const real_t a = Ax[e];
                 const real_t *restrict b = Bk + j * ldb + t0;
                 for (int64_t t = 0; t < w; t++) acc[t] += a * b[t];   /* acc += a * B[j,:] */
             }
@@ -74,18 +71,13 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
 TSGU_ISA_ATTR static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
 {
     const spmm_ctx *x = vctx;
-    int64_t p = x->C->cols;
-#define TSGU_SPMM_WIDTHS(perm)                                                   \
-    switch (p) {                                                                 \
-    case 1: return TSGU_FN(spmm_range)(x, r0, r1, 1, perm);                      \
-    case 16: return TSGU_FN(spmm_range)(x, r0, r1, 16, perm);                    \
-    case 32: return TSGU_FN(spmm_range)(x, r0, r1, 32, perm);                    \
-    case 64: return TSGU_FN(spmm_range)(x, r0, r1, 64, perm);                    \
-    default: return TSGU_FN(spmm_range)(x, r0, r1, p, perm);                     \
+    switch (x->C->cols) {
+    case 1: return TSGU_FN(spmm_range)(x, r0, r1, 1);
+    case 16: return TSGU_FN(spmm_range)(x, r0, r1, 16);
+    case 32: return TSGU_FN(spmm_range)(x, r0, r1, 32);
+    case 64: return TSGU_FN(spmm_range)(x, r0, r1, 64);
+    default: return TSGU_FN(spmm_range)(x, r0, r1, x->C->cols);
     }
-    if (x->A->perm) TSGU_SPMM_WIDTHS(1)
-    TSGU_SPMM_WIDTHS(0)
-#undef TSGU_SPMM_WIDTHS
 }
 
 #endif

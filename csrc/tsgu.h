@@ -28,11 +28,10 @@ enum {
     TSGU_ECOL_ORDER = 4, /* column indices within a row are not strictly increasing */
     TSGU_EIDX_RANGE = 5, /* a COO index (batch, row or column) is out of range */
     TSGU_EIDX_ORDER = 6, /* COO entries are not sorted by (batch, row) */
-    TSGU_EPERM = 7,      /* a permutation entry is outside [0, nnz) */
-    TSGU_ENOMEM = 8,     /* a workspace allocation failed */
-    TSGU_ETRI_SIDE = 9,  /* triangular solve: an entry on the wrong side of the diagonal */
-    TSGU_EDIAG_ZERO = 10, /* triangular solve: a diagonal entry is zero or not stored */
-    TSGU_EDIAG_UNIT = 11  /* triangular solve: unitriangular, yet a diagonal entry is stored */
+    TSGU_ENOMEM = 7,     /* a workspace allocation failed */
+    TSGU_ETRI_SIDE = 8,  /* triangular solve: an entry on the wrong side of the diagonal */
+    TSGU_EDIAG_ZERO = 9, /* triangular solve: a diagonal entry is zero or not stored */
+    TSGU_EDIAG_UNIT = 10 /* triangular solve: unitriangular, yet a diagonal entry is stored */
 };
 
 typedef enum { TSGU_F32 = 0, TSGU_F64 = 1 } tsgu_real;  /* value types */
@@ -48,8 +47,7 @@ typedef struct {
     int64_t entry_stride; /* 0 (global layout) or nnz per item (batched layout) */
     const void *col;      /* column index of each entry, local to [0, ncols) */
     const void *val;      /* value of each entry; NULL for pattern-only kernels */
-    const void *perm;     /* NULL, or: entry e takes its value from val[perm[e]] */
-    tsgu_index itype;     /* type of ptr, col and perm */
+    tsgu_index itype;     /* type of ptr and col */
     tsgu_real rtype;      /* type of val */
 } tsgu_csr;
 
@@ -132,6 +130,7 @@ int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
 /* kernels, one per file */
 int tsgu_csr_check_ends(const tsgu_csr *A);
 int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthreads);
+int tsgu_spmm_t(const tsgu_csr *A, const tsgu_dense *G, tsgu_dense *out, int nthreads);
 int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
                int nthreads);
 int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, int nthreads);

@@ -400,28 +400,31 @@ def test_private_kernels_check_their_arguments():
     from torchsparsegradutils import _C
     ptr, col, val = torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2)
     B, C = torch.ones(3, 2), torch.empty(2, 2)
-    _C.spmm(ptr, col, val, None, 1, 2, 3, B, C, 1)
+    _C.spmm(ptr, col, val, 1, 2, 3, B, C, 1)
     torch.testing.assert_close(C, torch.ones(2, 2))
+    out = torch.empty(3, 2)
+    _C.spmm_t(ptr, col, val, 1, 2, 3, C, out, 1)
+    torch.testing.assert_close(out, torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]))
     with pytest.raises(TypeError, match="int32 or int64"):
-        _C.spmm(ptr.float(), col, val, None, 1, 2, 3, B, C, 1)
+        _C.spmm(ptr.float(), col, val, 1, 2, 3, B, C, 1)
     with pytest.raises(TypeError, match="same dtype"):
-        _C.spmm(ptr, col.int(), val, None, 1, 2, 3, B, C, 1)
+        _C.spmm(ptr, col.int(), val, 1, 2, 3, B, C, 1)
     with pytest.raises(ValueError, match="one value per entry"):
-        _C.spmm(ptr, col, torch.ones(3), None, 1, 2, 3, B, C, 1)
+        _C.spmm(ptr, col, torch.ones(3), 1, 2, 3, B, C, 1)
     with pytest.raises(ValueError, match="shape"):
-        _C.spmm(ptr, col, val, None, 1, 2, 3, torch.ones(4, 2), C, 1)
+        _C.spmm(ptr, col, val, 1, 2, 3, torch.ones(4, 2), C, 1)
+    with pytest.raises(ValueError, match="grad must have shape"):
+        _C.spmm_t(ptr, col, val, 1, 2, 3, torch.ones(3, 2), out, 1)
     with pytest.raises(TypeError, match="dtype of the sparse values"):
-        _C.spmm(ptr, col, val, None, 1, 2, 3, B.double(), C, 1)
+        _C.spmm(ptr, col, val, 1, 2, 3, B.double(), C, 1)
     with pytest.raises(ValueError, match="unit stride"):
-        _C.spmm(ptr, col, val, None, 1, 2, 3, B, torch.empty(2, 4)[:, ::2], 1)
+        _C.spmm(ptr, col, val, 1, 2, 3, B, torch.empty(2, 4)[:, ::2], 1)
     with pytest.raises(ValueError, match="out must be contiguous"):
-        _C.spmm(ptr, col, val, None, 1, 2, 3, B, torch.empty(4, 2)[::2], 1)
+        _C.spmm(ptr, col, val, 1, 2, 3, B, torch.empty(4, 2)[::2], 1)
     with pytest.raises(ValueError, match="must have shape"):
-        _C.spmm(ptr, col, val, None, 2, 2, 3, B, C, 1)
-    with pytest.raises(ValueError, match="permutation|one entry per nonzero"):
-        _C.spmm(ptr, col, val, torch.tensor([0]), 1, 2, 3, B, C, 1)
-    with pytest.raises(RuntimeError, match="internal error"):
-        _C.spmm(ptr, col, val, torch.tensor([0, 5]), 1, 2, 3, B, C, 1)
+        _C.spmm(ptr, col, val, 2, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="malformed sparse matrix: a column index"):
+        _C.spmm_t(ptr, torch.tensor([0, 3]), val, 1, 2, 3, C, out, 1)
     with pytest.raises(ValueError, match="contiguous"):
         _C.sddmm(torch.tensor([0, 2, 4])[::1], torch.tensor([0, 1, 2, 3])[::2], 1, 2, 3, C, B, torch.empty(2), 1)
     with pytest.raises(ValueError, match="indices must be int64"):
@@ -482,7 +485,8 @@ def test_grad_only_when_needed():
 
 
 def test_same_bits_for_1_and_2_threads():
-    A, B, G, _ = make_case("csr", True, 700, 600, 24, 6000, torch.float32, torch.int32, seed=5)
+    # large enough that every kernel splits across two threads (work > 2 * 2**18)
+    A, B, G, _ = make_case("csr", True, 700, 600, 24, 12000, torch.float32, torch.int32, seed=5)
     results = []
     old = torch.get_num_threads()
     try:
@@ -599,8 +603,8 @@ def test_version_and_exports():
 def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batched):
     """The grad_B transpose (parallel counting sort) equals a stable sort by column."""
     from torchsparsegradutils._csr import as_csr
-    # large enough that two threads each take a chunk (cost > 2 * 65536)
-    A, _, _, D = make_case("csr", batched, 500, 400, 1, 140000, torch.float32, itype, seed=9)
+    # large enough that two threads each take a chunk (cost > 2 * 2**18)
+    A, _, _, D = make_case("csr", batched, 800, 700, 1, 540000, torch.float32, itype, seed=9)
     view = as_csr(A)
     b, n, m = view.batch, view.nrows, view.ncols
     rows = torch.repeat_interleave(torch.arange(b * n), (lambda c: c[..., 1:] - c[..., :-1])(

@@ -36,14 +36,14 @@ def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
         C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
         return C.reshape(out_shape)
     C = torch.empty(out_shape, dtype=B.dtype)
-    _C.spmm(A.ptr, A.col, A.values, None, A.batch, A.nrows, A.ncols,
+    _C.spmm(A.ptr, A.col, A.values, A.batch, A.nrows, A.ncols,
             _unit_last_stride(B).detach(), C, torch.get_num_threads())
     return C
 
 
 def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
-    """A^T @ G for every batch item, without atomics: a transpose permutation
-    (counting sort, O(nnz + m)) then the forward kernel on it."""
+    """A^T @ G for every batch item, without atomics or a transpose: each thread
+    owns a range of A's columns (see csrc/spmm_t.c)."""
     p = G.shape[-1]
     out_shape = (A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p)
     if not _use_c(A.values, G):
@@ -51,15 +51,15 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
         At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(),
                                      (A.batch * A.ncols, A.batch * A.nrows))
         return torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p)).reshape(out_shape)
-    tptr, trow, tperm = transpose_pattern(A)
     out = torch.empty(out_shape, dtype=G.dtype)
-    _C.spmm(tptr, trow, A.values.detach(), tperm, A.batch, A.ncols, A.nrows,
-            _unit_last_stride(G).detach(), out, torch.get_num_threads())
+    _C.spmm_t(A.ptr, A.col, A.values.detach(), A.batch, A.nrows, A.ncols,
+              _unit_last_stride(G).detach(), out, torch.get_num_threads())
     return out
 
 
 def transpose_pattern(A: CSRView):
-    """(tptr, trow, tperm) of every item's transpose, CPU only: tptr (b*m+1,) global
+    """(tptr, trow, tperm) of every item's transpose, CPU only (an explicit A^T for
+    the solves; products with A^T use spmm_t instead): tptr (b*m+1,) global
     row pointers of A^T, trow the row of A each entry came from, and tperm its
     position in A's entry arrays (A^T's values are A.values.flatten()[tperm])."""
     nnz = A.col.numel()
