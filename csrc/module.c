@@ -396,7 +396,7 @@ error:
     return NULL;
 }
 
-/* ---- coo_row_ptr(indices, sizes, ptr_or_None) ----
+/* ---- coo_row_ptr(indices, sizes, ptr_or_None, nthreads) ----
  * checks every index of a (2|3, nnz) int64 index array against sizes; with ptr
  * (int64, batch*n+1) also checks the (batch, row) order and fills ptr. */
 static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
@@ -404,10 +404,10 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
     (void)self;
     PyObject *oi, *osizes, *optr;
     int64_t sizes[3];
-    int status;
+    int status, nthreads;
     held h[MAX_HELD] = {{0}};
     int nh = 0;
-    if (!PyArg_ParseTuple(args, "OOO", &oi, &osizes, &optr)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOi", &oi, &osizes, &optr, &nthreads)) return NULL;
     if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
         PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
         return NULL;
@@ -420,9 +420,14 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
     nh = 1;
     if (take(oi, "indices", &h[0])) goto error;
     const DLTensor *I = dl(&h[0]);
-    if (index_type(&h[0]) != TSGU_I64 || need_contiguous(&h[0]) || I->ndim != 2 || I->shape[0] != sd) {
+    if (index_type(&h[0]) != TSGU_I64 || I->ndim != 2 || I->shape[0] != sd) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)sd);
+        goto error;
+    }
+    /* each row unit-stride; rows may sit further apart (a view of a larger buffer) */
+    if (I->shape[1] > 1 && (stride_of(I, 1) != 1 || stride_of(I, 0) < I->shape[1])) {
+        PyErr_SetString(PyExc_ValueError, "indices must have unit-stride rows");
         goto error;
     }
     int64_t *ptr = NULL;
@@ -441,7 +446,8 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
         const int64_t *idx = data_of(&h[0]);
         int64_t nnz = I->shape[1];
         Py_BEGIN_ALLOW_THREADS
-        status = tsgu_coo_row_ptr(idx, sd, nnz, sizes, ptr);
+        int64_t ld = nnz > 1 ? stride_of(I, 0) : nnz;
+        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads);
         Py_END_ALLOW_THREADS
     }
     if (raise_status(status)) goto error;
@@ -494,7 +500,7 @@ static PyMethodDef methods[] = {
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
-    {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS, "coo_row_ptr(indices, sizes, row_ptr_or_None)"},
+    {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS, "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads)"},
     {"trisolve", py_trisolve, METH_VARARGS,
      "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},
     {NULL, NULL, 0, NULL}};

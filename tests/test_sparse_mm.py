@@ -428,9 +428,9 @@ def test_private_kernels_check_their_arguments():
     with pytest.raises(ValueError, match="contiguous"):
         _C.sddmm(torch.tensor([0, 2, 4])[::1], torch.tensor([0, 1, 2, 3])[::2], 1, 2, 3, C, B, torch.empty(2), 1)
     with pytest.raises(ValueError, match="indices must be int64"):
-        _C.coo_row_ptr(torch.zeros(3, 2, dtype=torch.int64), (2, 2), None)
+        _C.coo_row_ptr(torch.zeros(3, 2, dtype=torch.int64), (2, 2), None, 1)
     with pytest.raises(ValueError, match="sizes"):
-        _C.coo_row_ptr(torch.zeros(2, 2, dtype=torch.int64), (2,), None)
+        _C.coo_row_ptr(torch.zeros(2, 2, dtype=torch.int64), (2,), None, 1)
 
 
 # ---------------------------------------------------------------- semantics and hygiene
@@ -623,3 +623,31 @@ def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batch
             assert torch.equal(trow.long(), rows[order] % n)
     finally:
         torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_coo_row_pointers_for_any_thread_count(batched):
+    """The parallel COO -> row pointer pass equals a bincount, with empty first/last rows."""
+    from torchsparsegradutils import _C
+    g = torch.Generator().manual_seed(11)
+    sizes = (3, 4000, 500) if batched else (12000, 500)
+    nnz = 700_000                                   # > 2 * 2**18: two threads take a chunk each
+    b, n, m = (sizes if batched else (1,) + sizes)
+    rows = torch.randint(1, n - 1, (nnz,), generator=g)          # rows 0 and n-1 stay empty
+    items = torch.randint(0, b, (nnz,), generator=g)
+    key = items * n + rows
+    order = torch.sort(key, stable=True).indices
+    idx = [items[order], rows[order]] if batched else [rows[order]]
+    idx = torch.stack(idx + [torch.randint(0, m, (nnz,), generator=g)]).contiguous()
+    expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=b * n).cumsum(0)])
+    strided = torch.cat([idx, idx], 1)[:, :nnz]      # rows further apart than nnz, as after coalesce()
+    assert not strided.is_contiguous()
+    for t in (1, 2):
+        for ix in (idx, strided):
+            ptr = torch.full((b * n + 1,), -7, dtype=torch.long)
+            _C.coo_row_ptr(ix, sizes, ptr, t)
+            assert torch.equal(ptr, expect)
+    bad = idx.clone()
+    bad[-2, nnz // 2 + 1] = bad[-2, nnz // 2] - 1 if bad[-2, nnz // 2] > 0 else n   # unsorted or out of range
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), 2)

@@ -130,3 +130,26 @@ def test_stack_csr_and_convert():
         torch.testing.assert_close(R.to_dense(), X.to_dense())
     with pytest.raises(ValueError, match="COO"):
         convert_coo_to_csr(torch.eye(3))
+
+
+def test_random_generators_use_memory_of_nnz_not_n_times_m():
+    """rand_sparse / rand_sparse_tri on a 10^6 x 10^6 pattern: O(nnz) memory, distinct entries."""
+    from torchsparsegradutils.utils import rand_sparse, rand_sparse_tri
+    A = rand_sparse((1_000_000, 1_000_000), 20_000)
+    idx = A.coalesce().indices()
+    assert idx.shape[1] == 20_000 and A._nnz() == 20_000
+    T = rand_sparse_tri((1_000_000, 1_000_000), 1_020_000, upper=False)
+    i, j = T.coalesce().indices()
+    assert T._nnz() == 1_020_000 and bool((j <= i).all())
+    assert int((i == j).sum()) == 1_000_000          # the full diagonal, as strict=False promises
+
+
+def test_strict_lower_position_matches_enumeration():
+    from torchsparsegradutils.utils.random_sparse import _strict_lower_position
+    n = 700
+    i, j = _strict_lower_position(torch.arange(n * (n - 1) // 2))
+    ref = torch.tril_indices(n, n, offset=-1)
+    assert torch.equal(i, ref[0]) and torch.equal(j, ref[1])
+    t = torch.tensor([10**12 - 1, 4 * 10**11 + 7])
+    i, j = _strict_lower_position(t)
+    assert torch.equal(i * (i - 1) // 2 + j, t) and bool(((j >= 0) & (j < i)).all())

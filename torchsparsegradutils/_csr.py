@@ -66,16 +66,16 @@ def _from_coo(A: torch.Tensor) -> CSRView:
     if A.dense_dim() != 0:
         raise ValueError("A must not have dense dimensions (hybrid COO tensors are not supported)")
     sizes = tuple(A.shape)
-    indices = A._indices().contiguous()
+    indices = _unit_stride_rows(A._indices())
     if not A.is_coalesced():
         # Check ranges before coalescing: coalesce would fold an out-of-range
         # index onto a valid position and hide the error.
         if A.device.type == "cpu":
-            _C.coo_row_ptr(indices, sizes, None)
+            _C.coo_row_ptr(indices, sizes, None, torch.get_num_threads())
         else:
             _check_coo_ranges_torch(indices, sizes)
         A = A.coalesce()
-        indices = A._indices().contiguous()
+        indices = _unit_stride_rows(A._indices())
     val = A._values()
     if not val.is_contiguous():
         val = val.contiguous()
@@ -83,13 +83,21 @@ def _from_coo(A: torch.Tensor) -> CSRView:
     n, m = sizes[-2], sizes[-1]
     if A.device.type == "cpu":
         ptr = torch.empty(batch * n + 1, dtype=torch.int64)
-        _C.coo_row_ptr(indices, sizes, ptr)
+        _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads())
     else:
         _check_coo_ranges_torch(indices, sizes)
         rows = indices[-2] + (indices[0] * n if len(sizes) == 3 else 0)
         ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=A.device)
         ptr[1:] = torch.bincount(rows, minlength=batch * n).cumsum(0)
     return CSRView(ptr, indices[-1], val, batch, n, m, A.shape, indices)
+
+
+def _unit_stride_rows(indices: torch.Tensor) -> torch.Tensor:
+    """indices itself when each of its rows is unit-stride (a coalesced tensor's
+    indices are often a view into a longer buffer), else a contiguous copy."""
+    if indices.shape[1] <= 1 or (indices.stride(1) == 1 and indices.stride(0) >= indices.shape[1]):
+        return indices
+    return indices.contiguous()
 
 
 def _check_coo_ranges_torch(indices: torch.Tensor, sizes) -> None:

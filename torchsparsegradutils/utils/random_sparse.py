@@ -21,10 +21,31 @@ def _check_size(size) -> Tuple[Optional[int], int, int]:
 
 
 def _draw(candidates: int, nnz: int, b: int, device) -> torch.Tensor:
-    """(b, nnz) distinct sorted positions in [0, candidates) per item."""
-    keys = torch.rand(b, candidates, device=device)
-    return keys.topk(nnz, dim=1).indices.sort(dim=1).values if nnz else torch.zeros(b, 0, dtype=torch.long,
-                                                                                    device=device)
+    """(b, nnz) distinct sorted positions in [0, candidates) per item, uniformly
+    chosen, in O(nnz) memory however large `candidates` (n*m) is."""
+    if nnz == 0:
+        return torch.zeros(b, 0, dtype=torch.long, device=device)
+    if 2 * nnz > candidates:  # dense draw: enumerating the candidates costs < 2*nnz
+        keys = torch.rand(b, candidates, device=device)
+        return keys.topk(nnz, dim=1).indices.sort(dim=1).values
+    out = []
+    for _ in range(b):
+        got = torch.empty(0, dtype=torch.long, device=device)
+        while got.numel() < nnz:  # oversample, keep the distinct ones; at most half are taken
+            more = torch.randint(0, candidates, (nnz + nnz // 4 + 16,), device=device)
+            got = torch.unique(torch.cat([got, more]))
+        # a uniform subset of a uniform random set is a uniform subset
+        out.append(got[torch.randperm(got.numel(), device=device)[:nnz]].sort().values)
+    return torch.stack(out)
+
+
+def _strict_lower_position(t: torch.Tensor):
+    """(row, col) of position t when the strictly-lower triangle is enumerated row
+    by row (row i >= 1 starts at i(i-1)/2), without enumerating it."""
+    i = ((1 + torch.sqrt(1 + 8 * t.double())) / 2).floor().long()
+    i = torch.where(i * (i - 1) // 2 > t, i - 1, i)  # float rounding, either way
+    i = torch.where((i + 1) * i // 2 <= t, i + 1, i)
+    return i, t - i * (i - 1) // 2
 
 
 def _assemble(b, n, m, rows, cols, vals, layout, indices_dtype, squeeze):
@@ -108,10 +129,8 @@ def rand_sparse_tri(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int
         raise ValueError(f"strict=False: nnz must be in [{n}, {n_off + n}], got {nnz}")
     bb = b or 1
     k_off = nnz if strict else nnz - n
-    # all strictly-lower positions, enumerated row by row, then drawn
-    tri = torch.tril_indices(n, n, offset=-1, device=device)
-    pos = _draw(n_off, k_off, bb, device)
-    r, c = tri[0][pos], tri[1][pos]
+    # strictly-lower positions, numbered row by row, drawn without enumerating them
+    r, c = _strict_lower_position(_draw(n_off, k_off, bb, device))
     if upper:
         r, c = c, r
     lo, hi = value_range
