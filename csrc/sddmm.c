@@ -13,7 +13,6 @@ typedef struct {
 } sddmm_ctx;
 
 #define TSGU_LANES 8 /* independent partial sums: lets the compiler vectorize the dot */
-#define TSGU_AHEAD 8 /* entries ahead of the one being summed whose B row is prefetched */
 #define TSGU_LINE 64 /* bytes per cache line */
 
 #define TSGU_TEMPLATE_FILE "sddmm.c"
@@ -52,6 +51,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
     const real_t *Gx = x->G->data, *Bx = x->B->data;
     real_t *out = x->out;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
+    const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
         int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
@@ -63,9 +63,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
             prev = j;
-            if (e + TSGU_AHEAD < nnz)   /* a B row we will need soon; a prefetch cannot fault */
+            if (e + ahead < nnz)   /* a B row we will need soon; a prefetch cannot fault */
                 for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
-                    TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * x->B->rstride + t);
+                    TSGU_PREFETCH(Bk + (int64_t)Aj[e + ahead] * x->B->rstride + t);
             out[e] = TSGU_FN(dot)(g, Bk + j * x->B->rstride, p);
         }
     }

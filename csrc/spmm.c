@@ -11,7 +11,6 @@ typedef struct {
     tsgu_dense *C;
 } spmm_ctx;
 
-#define TSGU_AHEAD 8   /* entries ahead of the one being summed whose B row is prefetched */
 #define TSGU_PBLOCK 64 /* columns of C summed at once, in registers for constant widths */
 #define TSGU_LINE 64  /* bytes per cache line */
 
@@ -48,6 +47,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
         real_t *restrict c = Cx + k * x->C->bstride + i * ldc;
         for (int64_t t0 = 0; t0 < p; t0 += TSGU_PBLOCK) {      /* column blocks */
             const int64_t w = p - t0 < TSGU_PBLOCK ? p - t0 : TSGU_PBLOCK;
+            const int64_t ahead = tsgu_prefetch_ahead(w, sizeof(real_t));
             real_t acc[TSGU_PBLOCK];
             for (int64_t t = 0; t < w; t++) acc[t] = 0;
             int64_t prev = -1;
@@ -55,9 +55,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
                 int64_t j = Aj[e];
                 if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
                 prev = j;
-                if (e + TSGU_AHEAD < nnz) /* a B row we will need soon; a prefetch cannot fault */
+                if (e + ahead < nnz) /* a B row we will need soon; a prefetch cannot fault */
                     for (int64_t t = 0; t < w; t += TSGU_LINE / (int64_t)sizeof(real_t))
-                        TSGU_PREFETCH(Bk + (int64_t)Aj[e + TSGU_AHEAD] * ldb + t0 + t);
+                        TSGU_PREFETCH(Bk + (int64_t)Aj[e + ahead] * ldb + t0 + t);
                 const real_t a = Ax[e];
                 const real_t *restrict b = Bk + j * ldb + t0;
                 for (int64_t t = 0; t < w; t++) acc[t] += a * b[t];   /* acc += a * B[j,:] */

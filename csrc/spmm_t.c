@@ -15,7 +15,6 @@ typedef struct {
     int64_t T;
 } spmm_t_ctx;
 
-#define TSGU_AHEAD 8          /* entries ahead whose out row is prefetched */
 #define TSGU_LINE 64          /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 18) /* multiply-adds below which one thread does it all */
 
@@ -46,6 +45,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_cols)(const spmm_t_ctx *x, i
     real_t *Ox = x->out->data;
     int64_t b = A->batch, n = A->nrows, m = A->ncols, nnz = A->nnz;
     int64_t ldg = x->G->rstride, ldo = x->out->rstride;
+    const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t k = 0; k < b; k++)                /* own rows start at zero */
         for (int64_t j = j0; j < j1; j++) {
             real_t *o = Ox + k * x->out->bstride + j * ldo;
@@ -62,9 +62,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_cols)(const spmm_t_ctx *x, i
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
             prev = j;
-            if (e + TSGU_AHEAD < nnz) /* an out row we will update soon; a prefetch cannot fault */
+            if (e + ahead < nnz) /* an out row we will update soon; a prefetch cannot fault */
                 for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
-                    TSGU_PREFETCH(Ok + (int64_t)Aj[e + TSGU_AHEAD] * ldo + t);
+                    TSGU_PREFETCH(Ok + (int64_t)Aj[e + ahead] * ldo + t);
             if (j < j0 || j >= j1) continue;      /* another thread's row */
             const real_t a = Ax[e];
             real_t *restrict o = Ok + j * ldo;

@@ -100,6 +100,15 @@ static inline int tsgu_use_avx2(void)
 #define TSGU_PREFETCH(addr) ((void)0)
 #endif
 
+/* how many entries ahead to prefetch a gathered row of w values of `size` bytes:
+ * about TSGU_PREFETCH_LINES cache lines in flight, between 8 and 64 entries */
+#define TSGU_PREFETCH_LINES 64
+static inline int64_t tsgu_prefetch_ahead(int64_t w, int64_t size)
+{
+    int64_t lines = (w * size + 63) / 64, ahead = TSGU_PREFETCH_LINES / (lines > 0 ? lines : 1);
+    return ahead < 8 ? 8 : ahead > 64 ? 64 : ahead;
+}
+
 /* start of global row r (0 <= r <= batch*nrows, batch >= 1) in the flat entry
  * arrays; used to balance threads, never to index memory */
 static inline int64_t tsgu_row_start(const tsgu_csr *A, int64_t r)
