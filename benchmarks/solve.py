@@ -7,6 +7,10 @@
   triangular solve; it works on CPU in 2.x, but has no autograd for a sparse A,
   so its forward+backward is timed as forward + the transposed solve for grad_B)
   and scipy.sparse.linalg.spsolve_triangular (forward only).
+* The published torchsparsegradutils release's sparse_triangular_solve on the
+  same matrices, forward and forward+backward, run in its own venv
+  (benchmarks/.venv-published, made by benchmarks.sparse_mm) since it shares
+  our import name; recorded as unavailable when that venv does not exist.
 * Iterative solves, forward: our linear_cg / minres / lsmr against
   scipy.sparse.linalg cg / minres / lsmr with matching tolerances.
 
@@ -18,6 +22,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import tempfile
 import time
 import warnings
 
@@ -33,6 +39,51 @@ from torchsparsegradutils.utils import (ConvergenceWarning, MINRESSettings, line
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
 warnings.filterwarnings("ignore", category=ConvergenceWarning)
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+PUBLISHED_PY = os.path.join(os.path.dirname(__file__), ".venv-published", "bin", "python")
+
+# Runs in the published release's venv (python -I: nothing of this repository on sys.path).
+_PUBLISHED_CODE = """
+import json, statistics, sys, time, warnings
+warnings.simplefilter("ignore")
+import torch
+from torchsparsegradutils import sparse_triangular_solve
+torch.set_num_threads(int(sys.argv[3]))
+d = torch.load(sys.argv[1])
+A = torch.sparse_csr_tensor(d["crow"], d["col"], d["val"], d["shape"])
+B, X_ours, reps = d["B"], d["X"], int(sys.argv[2])
+X = sparse_triangular_solve(A, B, upper=False)
+ok = bool(torch.allclose(X, X_ours, rtol=1e-8, atol=1e-10))
+Ag = A.detach().requires_grad_(True)
+Bg = B.clone().requires_grad_(True)
+def fb():
+    Ag.grad = Bg.grad = None
+    sparse_triangular_solve(Ag, Bg, upper=False).sum().backward()
+out = {"ok": ok}
+for name, fn in [("forward", lambda: sparse_triangular_solve(A, B, upper=False)), ("forward+backward", fb)]:
+    fn(); ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter(); fn(); ts.append(time.perf_counter() - t0)
+    out[name] = [statistics.median(ts), min(ts)]
+print(json.dumps(out))
+"""
+
+
+def published_triangular(A, B, X, repeats):
+    """{"forward": (median, min), "forward+backward": ...} of the published release, or {"error": why}."""
+    if not os.path.exists(PUBLISHED_PY):
+        return {"error": "published release venv not found (run python -m benchmarks.sparse_mm once to make it)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "case.pt")
+        torch.save({"crow": A.crow_indices(), "col": A.col_indices(), "val": A.values(), "shape": tuple(A.shape),
+                    "B": B, "X": X}, path)
+        r = subprocess.run([PUBLISHED_PY, "-I", "-c", _PUBLISHED_CODE, path, str(repeats),
+                            str(torch.get_num_threads())], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return {"error": r.stderr.strip().splitlines()[-1] if r.stderr.strip() else f"exit {r.returncode}"}
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    if not res.pop("ok"):
+        return {"error": "published result disagrees with ours"}
+    return res
 
 
 def timeit(fn, repeats):
@@ -71,6 +122,13 @@ def bench_triangular(n, nnz, p, repeats):
         torch.triangular_solve(torch.ones_like(Y), A, upper=False, transpose=True)
 
     rows = []
+    pub = published_triangular(A, B, X, repeats)
+    for kind in ("forward", "forward+backward"):
+        if kind in pub:
+            rows.append(dict(op="triangular", case=f"n={n} nnz={nnz} p={p}", impl=f"published {kind}",
+                             median_s=pub[kind][0], min_s=pub[kind][1]))
+    if "error" in pub:
+        print(f"published release unavailable: {pub['error']}")
     for name, fn in [("ours forward", lambda: sparse_triangular_solve(A, B, upper=False)),
                      ("torch.triangular_solve(CSR) forward", lambda: torch.triangular_solve(B, A, upper=False)),
                      ("scipy spsolve_triangular forward",
@@ -118,7 +176,7 @@ def bench_iterative(n, p, repeats):
 
 
 def ratios(rows):
-    """ours / other for each (op, case): < 1 means ours is faster."""
+    """speedup of ours, other / ours, for each (op, case): > 1 means ours is faster."""
     out = []
     by = {}
     for r in rows:
@@ -128,9 +186,9 @@ def ratios(rows):
         for r in rs:
             if r["impl"].startswith("ours"):
                 continue
-            key = "ours forward" if "forward" in r["impl"] and "grad_B" not in r["impl"] else None
             if op == "triangular":
-                key = "ours forward+backward (grad_A and grad_B)" if "grad_B" in r["impl"] else "ours forward"
+                both = "grad_B" in r["impl"] or "backward" in r["impl"]
+                key = "ours forward+backward (grad_A and grad_B)" if both else "ours forward"
             else:
                 key = f"ours {op}"
             out.append(dict(op=op, case=case, other=r["impl"], speedup=r["median_s"] / ours[key]))
