@@ -29,3 +29,28 @@ def check_operands(A, B, name: str) -> None:
         raise TypeError(f"{name} supports float32 and float64 values, got A of dtype {A.dtype}")
     if B.dtype != A.dtype:
         raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
+
+
+def check_system(A, B, name: str, shape_ok, shape_rule: str) -> None:
+    """The contract of the 2D generic solve and least squares: A sparse COO/CSR 2D
+    with shape_ok(A.shape) (shape_rule says what it requires); B strided, 1D or 2D,
+    with A's rows, device and a float32/float64 dtype of its own (dtype agreement
+    is the op's to decide)."""
+    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+        raise ValueError("Both A and B should be instances of torch.Tensor")
+    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise TypeError(f"Unsupported sparse layout: {A.layout}. Only COO and CSR are supported.")
+    if A.dim() != 2:
+        raise ValueError(f"A must be a 2D tensor, got {A.dim()}D")
+    if not shape_ok(A.shape):
+        raise ValueError(f"A {shape_rule}, got shape {tuple(A.shape)}")
+    if B.layout != torch.strided:
+        raise TypeError(f"B must be a dense (strided) tensor, got {B.layout}")
+    if B.dim() not in (1, 2):
+        raise ValueError(f"B must be a 1D or 2D tensor, got {B.dim()}D")
+    if B.shape[0] != A.shape[0]:
+        raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
+    if A.device != B.device:
+        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
+    if A.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} supports float32 and float64 values, got {A.dtype}")

@@ -13,7 +13,7 @@ from torch.autograd.function import once_differentiable
 from . import _kernels, _solve_kernels
 from ._differentiable import sddmm
 from ._csr import as_csr
-from ._validate import SUPPORTED_DTYPES, check_operands
+from ._validate import check_operands, check_system
 
 
 
@@ -144,24 +144,7 @@ def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Calla
     TypeError
         A not COO/CSR, B not strided, values not float32/float64.
     """
-    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
-        raise ValueError("Both A and B should be instances of torch.Tensor")
-    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise TypeError(f"Unsupported sparse layout: {A.layout}. Only COO and CSR are supported.")
-    if A.dim() != 2:
-        raise ValueError(f"A must be a 2D tensor, got {A.dim()}D")
-    if A.shape[0] != A.shape[1]:
-        raise ValueError(f"A must be square, got shape {tuple(A.shape)}")
-    if B.layout != torch.strided:
-        raise TypeError(f"B must be a dense (strided) tensor, got {B.layout}")
-    if B.dim() not in (1, 2):
-        raise ValueError(f"B must be a 1D or 2D tensor, got {B.dim()}D")
-    if B.shape[0] != A.shape[0]:
-        raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
-    if A.device != B.device:
-        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
-    if A.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"sparse_generic_solve supports float32 and float64 values, got {A.dtype}")
+    check_system(A, B, "sparse_generic_solve", lambda s: s[0] == s[1], "must be square")
     if B.dtype != A.dtype:
         warnings.warn(f"A and B have different dtypes: A={A.dtype}, B={B.dtype}; B is converted to {A.dtype}",
                       UserWarning, stacklevel=2)
