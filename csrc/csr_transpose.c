@@ -45,6 +45,8 @@ int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, i
 
 #else /* template body: idx_t and TSGU_FN (real_t unused: the f64 variants go unused) */
 
+#include "tsgu_rows.h"
+
 #if defined(__GNUC__)
 #define TSGU_MAYBE_UNUSED __attribute__((unused))
 #else
@@ -55,18 +57,17 @@ int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, i
 static int TSGU_FN(transpose_walk)(const transpose_ctx *x, int64_t t, int place)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const idx_t *Aj = A->col;
     idx_t *Ti = x->trow, *Tq = x->tperm;
-    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
+    int64_t n = A->nrows, m = A->ncols;
     int64_t *c = x->cnt + t * A->batch * m;
     for (int64_t r = x->bounds[t]; r < x->bounds[t + 1]; r++) {
-        int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
-        int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
-        if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+        int64_t k = r / n, i = r - k * n, start, end;
+        if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {
             int64_t j = Aj[e];
-            if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+            if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
             if (!place) {
                 c[k * m + j]++;

@@ -28,6 +28,8 @@ int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
+#include "tsgu_rows.h"
+
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y,
                                                      const int64_t p)
 {
@@ -47,21 +49,20 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
                                                           const int64_t p)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const idx_t *Aj = A->col;
     const real_t *Gx = x->G->data, *Bx = x->B->data;
     real_t *out = x->out;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
     const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
-        int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
-        if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+        int64_t k = r / n, i = r - k * n, start, end;
+        if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const real_t *g = Gx + k * x->G->bstride + i * x->G->rstride;
         const real_t *Bk = Bx + k * x->B->bstride;
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {
             int64_t j = Aj[e];
-            if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+            if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
             if (e + ahead < nnz)   /* a B row we will need soon; a prefetch cannot fault */
                 for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
@@ -75,13 +76,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
 TSGU_ISA_ATTR static int TSGU_FN(sddmm_rows)(void *vctx, int64_t r0, int64_t r1)
 {
     const sddmm_ctx *x = vctx;
-    switch (x->G->cols) {
-    case 1: return TSGU_FN(sddmm_range)(x, r0, r1, 1);
-    case 16: return TSGU_FN(sddmm_range)(x, r0, r1, 16);
-    case 32: return TSGU_FN(sddmm_range)(x, r0, r1, 32);
-    case 64: return TSGU_FN(sddmm_range)(x, r0, r1, 64);
-    default: return TSGU_FN(sddmm_range)(x, r0, r1, x->G->cols);
-    }
+    TSGU_BY_WIDTH(x->G->cols, TSGU_FN(sddmm_range), x, r0, r1)
 }
 
 #endif

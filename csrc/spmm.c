@@ -26,6 +26,8 @@ int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthread
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
+#include "tsgu_rows.h"
+
 /* rows [r0, r1) of C, p columns.  Inlined with p constant for the common
  * widths, so the accumulator of a block of up to TSGU_PBLOCK columns lives in
  * registers, not in C. */
@@ -33,16 +35,15 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
                                                          const int64_t p)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const idx_t *Aj = A->col;
     const real_t *Ax = A->val;
     const real_t *Bx = x->B->data;
     real_t *Cx = x->C->data;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
     int64_t ldb = x->B->rstride, ldc = x->C->rstride;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
-        int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
-        if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+        int64_t k = r / n, i = r - k * n, start, end;
+        if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const real_t *Bk = Bx + k * x->B->bstride;
         real_t *restrict c = Cx + k * x->C->bstride + i * ldc;
         for (int64_t t0 = 0; t0 < p; t0 += TSGU_PBLOCK) {      /* column blocks */
@@ -53,7 +54,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
             int64_t prev = -1;
             for (int64_t e = start; e < end; e++) {
                 int64_t j = Aj[e];
-                if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+                if (j <= prev || j >= m) return tsgu_col_error(j, m);
                 prev = j;
                 if (e + ahead < nnz) /* a B row we will need soon; a prefetch cannot fault */
                     for (int64_t t = 0; t < w; t += TSGU_LINE / (int64_t)sizeof(real_t))
@@ -71,13 +72,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
 TSGU_ISA_ATTR static int TSGU_FN(spmm_rows)(void *vctx, int64_t r0, int64_t r1)
 {
     const spmm_ctx *x = vctx;
-    switch (x->C->cols) {
-    case 1: return TSGU_FN(spmm_range)(x, r0, r1, 1);
-    case 16: return TSGU_FN(spmm_range)(x, r0, r1, 16);
-    case 32: return TSGU_FN(spmm_range)(x, r0, r1, 32);
-    case 64: return TSGU_FN(spmm_range)(x, r0, r1, 64);
-    default: return TSGU_FN(spmm_range)(x, r0, r1, x->C->cols);
-    }
+    TSGU_BY_WIDTH(x->C->cols, TSGU_FN(spmm_range), x, r0, r1)
 }
 
 #endif

@@ -34,13 +34,15 @@ int tsgu_spmm_t(const tsgu_csr *A, const tsgu_dense *G, tsgu_dense *out, int nth
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
+#include "tsgu_rows.h"
+
 /* out rows [j0, j1) of every item, p columns; inlined with p constant for the
  * common widths */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_cols)(const spmm_t_ctx *x, int64_t j0, int64_t j1,
                                                           const int64_t p)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const idx_t *Aj = A->col;
     const real_t *Ax = A->val, *Gx = x->G->data;
     real_t *Ox = x->out->data;
     int64_t b = A->batch, n = A->nrows, m = A->ncols, nnz = A->nnz;
@@ -52,15 +54,14 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_cols)(const spmm_t_ctx *x, i
             for (int64_t t = 0; t < p; t++) o[t] = 0;
         }
     for (int64_t r = 0; r < b * n; r++) {
-        int64_t k = r / n, i = r - k * n, q = k * A->ptr_stride + i, off = k * A->entry_stride;
-        int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
-        if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+        int64_t k = r / n, i = r - k * n, start, end;
+        if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const real_t *restrict g = Gx + k * x->G->bstride + i * ldg;
         real_t *Ok = Ox + k * x->out->bstride;
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {
             int64_t j = Aj[e];
-            if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+            if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
             if (e + ahead < nnz) /* an out row we will update soon; a prefetch cannot fault */
                 for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
@@ -78,13 +79,7 @@ TSGU_ISA_ATTR static int TSGU_FN(spmm_t_task)(void *vctx, int64_t t)
 {
     const spmm_t_ctx *x = vctx;
     int64_t m = x->A->ncols, j0 = m * t / x->T, j1 = m * (t + 1) / x->T;
-    switch (x->G->cols) {
-    case 1: return TSGU_FN(spmm_t_cols)(x, j0, j1, 1);
-    case 16: return TSGU_FN(spmm_t_cols)(x, j0, j1, 16);
-    case 32: return TSGU_FN(spmm_t_cols)(x, j0, j1, 32);
-    case 64: return TSGU_FN(spmm_t_cols)(x, j0, j1, 64);
-    default: return TSGU_FN(spmm_t_cols)(x, j0, j1, x->G->cols);
-    }
+    TSGU_BY_WIDTH(x->G->cols, TSGU_FN(spmm_t_cols), x, j0, j1)
 }
 
 #endif

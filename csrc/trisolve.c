@@ -53,24 +53,25 @@ int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int tra
 
 #else /* template body: real_t, idx_t, TSGU_FN */
 
+#include "tsgu_rows.h"
+
 /* items [k0, k1): every row's pointers and columns valid, every entry on the
  * allowed side, and (unless unit) the diagonal stored and non-zero.  Sorted
  * columns put the diagonal first in an upper row and last in a lower row. */
 static int TSGU_FN(tri_check)(const trisolve_ctx *x, int64_t k0, int64_t k1)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const idx_t *Aj = A->col;
     const real_t *Ax = A->val;
-    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
+    int64_t n = A->nrows, m = A->ncols;
     for (int64_t k = k0; k < k1; k++) {
         for (int64_t i = 0; i < n; i++) {
-            int64_t q = k * A->ptr_stride + i, off = k * A->entry_stride;
-            int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
-            if (Ap[q] < 0 || Ap[q] > Ap[q + 1] || end > nnz) return TSGU_EPTR_ORDER;
+            int64_t start, end;
+            if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
             int64_t prev = -1;
             for (int64_t e = start; e < end; e++) {
                 int64_t j = Aj[e];
-                if (j <= prev || j >= m) return j < 0 || j >= m ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+                if (j <= prev || j >= m) return tsgu_col_error(j, m);
                 prev = j;
                 if (x->upper ? j < i : j > i) return TSGU_ETRI_SIDE;
                 if (j == i && x->unit) return TSGU_EDIAG_UNIT;
@@ -88,17 +89,16 @@ static int TSGU_FN(tri_check)(const trisolve_ctx *x, int64_t k0, int64_t k1)
 static int TSGU_FN(tri_solve)(const trisolve_ctx *x, int64_t k0, int64_t k1)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Ap = A->ptr, *Aj = A->col;
+    const idx_t *Aj = A->col;
     const real_t *Ax = A->val;
     int64_t n = A->nrows, p = x->X->cols, ld = x->X->rstride;
     /* A x = b visits rows towards the diagonal's far end; A^T x = b the other way */
     int forward = x->trans ? x->upper : !x->upper;
     for (int64_t k = k0; k < k1; k++) {
         real_t *Xk = (real_t *)x->X->data + k * x->X->bstride;
-        int64_t off = k * A->entry_stride;
         for (int64_t s = 0; s < n; s++) {
-            int64_t i = forward ? s : n - 1 - s, q = k * A->ptr_stride + i;
-            int64_t start = (int64_t)Ap[q] + off, end = (int64_t)Ap[q + 1] + off;
+            int64_t i = forward ? s : n - 1 - s, start, end;
+            TSGU_FN(row_entries)(A, k, i, &start, &end);  /* validated by tri_check */
             real_t d = 1;
             if (!x->unit) {                    /* diagonal: first (upper) or last (lower) */
                 if (x->upper) d = Ax[start++];

@@ -93,6 +93,24 @@ static inline int tsgu_use_avx2(void)
 #define TSGU_ALWAYS_INLINE static inline
 #endif
 
+/* Kernels walk a row's columns j (after prev, -1 at the row's start) and stop at
+ * the first that fails j > prev && j < ncols; this says which rule it broke. */
+static inline int tsgu_col_error(int64_t j, int64_t ncols)
+{
+    return j < 0 || j >= ncols ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+}
+
+/* return fn(args..., p) with p a compile-time constant for the widths the row
+ * loops are specialized for (the accumulator then lives in registers) */
+#define TSGU_BY_WIDTH(p, fn, ...)                  \
+    switch (p) {                                   \
+    case 1: return fn(__VA_ARGS__, 1);             \
+    case 16: return fn(__VA_ARGS__, 16);           \
+    case 32: return fn(__VA_ARGS__, 32);           \
+    case 64: return fn(__VA_ARGS__, 64);           \
+    default: return fn(__VA_ARGS__, p);            \
+    }
+
 /* a prefetch hint for memory read soon; no-op where unavailable */
 #if defined(__GNUC__) || defined(__clang__)
 #define TSGU_PREFETCH(addr) __builtin_prefetch((addr), 0, 1)
