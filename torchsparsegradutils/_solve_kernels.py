@@ -9,7 +9,7 @@ repeated there with torch ops so both paths raise the same errors.
 import torch
 
 from . import _C, _kernels
-from ._csr import CSRView
+from ._csr import CSRView, plain
 
 # the messages of the C status codes TSGU_ETRI_SIDE, TSGU_EDIAG_ZERO, TSGU_EDIAG_UNIT
 _MSG_SIDE = ("A is not triangular on the requested side: it stores an entry below the diagonal "
@@ -26,8 +26,8 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool,
     triangular A; B is (n, p) or (b, n, p).  Returns a new tensor."""
     if not _kernels._use_c(A.values, B):
         return _trisolve_torch(A, B, upper, unitriangular, transpose)
-    X = B.detach().clone(memory_format=torch.contiguous_format)
-    _C.trisolve(A.ptr, A.col, A.values.detach(), A.batch, A.nrows, X, bool(upper),
+    X = torch.empty(B.shape, dtype=B.dtype).copy_(B.detach())   # copy_ applies B's negative bit
+    _C.trisolve(A.ptr, A.col, plain(A.values), A.batch, A.nrows, X, bool(upper),
                 bool(unitriangular), bool(transpose), torch.get_num_threads())
     return X
 
