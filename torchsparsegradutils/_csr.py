@@ -9,6 +9,7 @@ own layout holding `values` at A's stored positions: the gradient w.r.t. A.
 needs) across forward and backward so that in-place edits of A's values are
 caught or cannot matter.
 """
+import weakref
 from typing import NamedTuple, Optional
 
 import torch
@@ -174,6 +175,8 @@ def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensor
     saved too and an in-place edit of it raises autograd's "modified by an
     inplace operation" error; where it cannot be found, the backward gets a
     private copy of the values.  A itself is kept for second derivatives."""
+    if A.requires_grad and A.layout == torch.sparse_csr and A.dim() == 3:
+        _accumulate_batched_csr_grads(A)
     values = None
     guard = None
     if need_values:
@@ -189,6 +192,40 @@ def load_operand(ctx):
     the operand was saved with need_values."""
     view, (_, A, *tensors) = load_view(ctx)
     return view, A, tensors
+
+
+def _accumulate_batched_csr_grads(A: torch.Tensor) -> None:
+    """Make gradients of a batched CSR A accumulate correctly.
+
+    PyTorch cannot add two batched CSR tensors (its sum is malformed or fails
+    inside MKL), and autograd adds them when a leaf's .grad is already set or
+    when A is used twice in one graph.  A hook on A (installed once) adds the
+    values itself when the gradient reaches a leaf that already has one on the
+    same pattern, and turns a malformed sum into a clear error."""
+    if getattr(A, "_tsgu_batched_grad_hook", False):
+        return
+    ref, nnz = weakref.ref(A), A.col_indices().shape
+
+    def hook(grad):
+        if grad.layout != torch.sparse_csr or grad.col_indices().shape != nnz or grad.values().shape != nnz:
+            raise RuntimeError(
+                "cannot sum the gradients of a batched CSR tensor used more than once in one graph: "
+                "PyTorch's addition of batched CSR tensors is broken; use the tensor once per graph, "
+                "or a COO tensor with three sparse dimensions")
+        A = ref()
+        old = A.grad if A is not None and A.grad_fn is None else None
+        if old is None:
+            return grad
+        if not (old.layout == torch.sparse_csr and torch.equal(old.crow_indices(), grad.crow_indices())
+                and torch.equal(old.col_indices(), grad.col_indices())):
+            raise RuntimeError("cannot accumulate into A.grad: it does not hold a batched CSR tensor on A's "
+                               "pattern (set A.grad = None before backward)")
+        A.grad = None            # autograd then stores the sum instead of adding to it
+        return torch.sparse_csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(),
+                                       grad.shape)
+
+    A.register_hook(hook)
+    A._tsgu_batched_grad_hook = True
 
 
 def _values_guard(A: torch.Tensor) -> Optional[torch.Tensor]:

@@ -6,11 +6,11 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels
 from ._csr import as_csr, load_operand, save_operand
-from ._validate import check_system
+from ._validate import check_system, eager_only
 from .sparse_matmul import sparse_mm
 
 
-
+@eager_only
 def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
                          lstsq: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
                          transpose_lstsq: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
@@ -50,7 +50,7 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
         A not COO/CSR, B not strided, values not float32/float64 or of different dtypes.
     """
     check_system(A, B, "sparse_generic_lstsq", lambda s: s[0] >= s[1],
-                 "should be a tall full-rank matrix (rows >= columns)")
+                 "A should be a tall full-rank matrix (rows >= columns)")
     if B.dtype != A.dtype:
         raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
     lstsq = lstsq or _default_lstsq

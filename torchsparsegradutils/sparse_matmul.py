@@ -3,9 +3,10 @@ import torch
 
 from . import _differentiable, _kernels
 from ._csr import as_csr, load_operand, save_operand
-from ._validate import check_operands
+from ._validate import check_operands, eager_only
 
 
+@eager_only
 def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     r"""Sparse @ dense, ``C = A @ B``, whose gradient w.r.t. ``A`` is sparse.
 

@@ -13,10 +13,10 @@ from torch.autograd.function import once_differentiable
 from . import _kernels, _solve_kernels
 from ._differentiable import sddmm
 from ._csr import as_csr, load_operand, save_operand
-from ._validate import check_operands, check_system
+from ._validate import check_operands, check_system, eager_only, error
 
 
-
+@eager_only
 def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True,
                             unitriangular: bool = False, transpose: bool = False) -> torch.Tensor:
     r"""Solve ``A X = B`` (or ``A^T X = B``) for a sparse triangular ``A``; the gradient w.r.t. ``A`` is sparse.
@@ -66,7 +66,7 @@ def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True
 def _check_solve_args(A, B, name: str) -> None:
     check_operands(A, B, name)
     if A.shape[-2] != A.shape[-1]:
-        raise ValueError(f"A must be square on its last two dimensions, got shape {tuple(A.shape)}")
+        raise error(ValueError, "A must be square on its last two dimensions", f"got shape {tuple(A.shape)}")
     if A.size(-2) != B.size(-2):
         raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-2)}] vs B[..., {B.size(-2)}]")
 
@@ -99,6 +99,7 @@ class SparseTriangularSolve(torch.autograd.Function):
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None
 
 
+@eager_only
 def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Callable[..., torch.Tensor]] = None,
                          transpose_solve: Optional[Callable[..., torch.Tensor]] = None,
                          **kwargs) -> torch.Tensor:
@@ -141,7 +142,7 @@ def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Calla
     TypeError
         A not COO/CSR, B not strided, values not float32/float64.
     """
-    check_system(A, B, "sparse_generic_solve", lambda s: s[0] == s[1], "must be square")
+    check_system(A, B, "sparse_generic_solve", lambda s: s[0] == s[1], "A must be square")
     if B.dtype != A.dtype:
         warnings.warn(f"A and B have different dtypes: A={A.dtype}, B={B.dtype}; B is converted to {A.dtype}",
                       UserWarning, stacklevel=2)
