@@ -11,7 +11,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kernels, _solve_kernels
-from ._differentiable import sddmm
+from ._ops import sddmm
 from ._csr import as_csr, load_operand, save_operand
 from ._validate import check_operands, check_system, eager_only, error
 
@@ -67,8 +67,8 @@ def _check_solve_args(A, B, name: str) -> None:
     check_operands(A, B, name)
     if A.shape[-2] != A.shape[-1]:
         raise error(ValueError, "A must be square on its last two dimensions", f"got shape {tuple(A.shape)}")
-    if A.size(-2) != B.size(-2):
-        raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-2)}] vs B[..., {B.size(-2)}]")
+    if A.shape[-2] != B.shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-2]}] vs B[..., {B.shape[-2]}]")
 
 
 class SparseTriangularSolve(torch.autograd.Function):
