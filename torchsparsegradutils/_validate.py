@@ -23,7 +23,8 @@ def error(cls, message: str, detail: str = "") -> Exception:
 
 def eager_only(fn):
     """fn, run eagerly under torch.compile: Dynamo cannot trace torch sparse tensors
-    (pytorch#169119), so it breaks the graph at the call instead of failing inside it."""
+    (pytorch#169119), so it breaks the graph at the call, and traces nothing inside
+    it, instead of failing there."""
     return torch.compiler.disable(fn)
 
 

@@ -51,17 +51,22 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     TypeError
         Values of a dtype other than float32/float64, or A and B of different dtypes.
     """
-    check_operands(A, B, "sparse_mm")
-    if A.shape[-1] != B.shape[-2]:
-        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-1]}] vs B[..., {B.shape[-2]}]")
-    if isinstance(A, SparseCSR):
-        return _ops.spmm(A.view(), A.values, B)
-    return _sparse_mm_torch(A, B)
+    if not isinstance(A, SparseCSR):
+        return _sparse_mm_torch(A, B)
+    _check(A, B)
+    return _ops.spmm(A.view(), A.values, B)
 
 
 @eager_only
 def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    _check(A, B)
     return SparseMatMul.apply(A, B)
+
+
+def _check(A, B) -> None:
+    check_operands(A, B, "sparse_mm")
+    if A.shape[-1] != B.shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-1]}] vs B[..., {B.shape[-2]}]")
 
 
 class SparseMatMul(torch.autograd.Function):
