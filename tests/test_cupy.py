@@ -145,3 +145,24 @@ def test_errors():
     assert x.dtype == torch.float64
     with pytest.raises(ValueError, match="2D"):
         tc.t2c_csr(A.to_sparse_coo())
+
+
+def test_gradient_of_A_is_one_sddmm(monkeypatch):
+    """grad_A comes from the sampled-product kernel on A's pattern (no nnz x k gather)."""
+    from torchsparsegradutils import _kernels
+    calls = []
+    real = _kernels.sddmm
+
+    def spy(view, G, X):
+        calls.append((G.shape, X.shape))
+        return real(view, G, X)
+    monkeypatch.setattr(_kernels, "sddmm", spy)
+    A, D = nonsymmetric(9, torch.sparse_coo, torch.float64)
+    A.requires_grad_()
+    B = torch.rand(9, 4, dtype=torch.float64)
+    tc.sparse_solve_c4t(A, B).sum().backward()
+    assert calls == [((9, 4), (9, 4))]
+    mask = D != 0
+    Dd = D.clone().requires_grad_()
+    torch.linalg.solve(Dd, B).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense()[mask], Dd.grad[mask])

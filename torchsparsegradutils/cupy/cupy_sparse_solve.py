@@ -7,6 +7,7 @@ stored positions by our SDDMM kernel (utils._operator.bridge_solve), never an
 nnz x k or n x n temporary.
 """
 import inspect
+import warnings
 from typing import Any, Callable, Optional, Union
 
 import torch
@@ -24,7 +25,6 @@ def _iterative(name: str, xsp: Any) -> Callable[..., Any]:
     ``tol`` becomes ``rtol`` where the solver takes that; keywords the solver
     does not take are dropped (the release's contract); a nonzero ``info``
     (not converged) is a ConvergenceWarning."""
-    import warnings
     fn = getattr(xsp.linalg, name)
     accepted = set(inspect.signature(fn).parameters)
 
@@ -94,7 +94,6 @@ def sparse_solve_c4t(A: torch.Tensor, B: torch.Tensor, solve: Solver = None, tra
         if isinstance(s, str) and s not in _ITERATIVE + ("spsolve",):
             raise ValueError(f"Unknown solver: {s}. Supported solvers: {list(_ITERATIVE + ('spsolve',))}")
     if isinstance(A, torch.Tensor) and isinstance(B, torch.Tensor) and B.dtype != A.dtype:
-        import warnings
         warnings.warn(f"A and B have different dtypes: A={A.dtype}, B={B.dtype}; B is converted to {A.dtype}",
                       UserWarning, stacklevel=2)
         B = B.to(A.dtype)

@@ -1,10 +1,12 @@
-"""What the iterative solvers share: turning "A" into a product, and reporting non-convergence.
+"""What the iterative solvers and the SciPy/CuPy/JAX bridges share: turning "A" into a
+product, checking operator outputs, reporting non-convergence, and the autograd path
+of an outside solver (``bridge_solve``).
 
 A may be a sparse COO/CSR tensor (its CSR view is built and checked once; the
-products then run on the C kernels on CPU, PyTorch's sparse ops elsewhere), a
-dense tensor, or any callable x -> A @ x on (n, k) blocks.  Products are taken
-without autograd: the solvers are called on detached data by the solve
-Functions, which supply the gradients themselves.
+products then run on the C kernels on CPU, PyTorch's sparse ops elsewhere and
+for complex values), a dense tensor, or any callable x -> A @ x on (n, k) blocks.
+Products are taken without autograd: the solvers are called on detached data by
+the solve Functions, which supply the gradients themselves.
 """
 import warnings
 from typing import Callable, Optional, Union
