@@ -52,7 +52,7 @@ def sparse_solve_c4t(A: torch.Tensor, B: torch.Tensor, solve: Solver = None, tra
     A : 2D square sparse COO or CSR tensor.
     B : ``(n,)`` or ``(n, k)``; converted to A's dtype (with a warning) if it differs.
     solve : ``None`` (default: an LU factorization of A, ``splu``, reused by the
-        backward), ``"spsolve"``, one of the iterative ``"cg"``, ``"cgs"``,
+        backward; it ignores ``**kwargs``), ``"spsolve"``, one of the iterative ``"cg"``, ``"cgs"``,
         ``"minres"``, ``"gmres"`` (run column by column), or a callable
         ``solve(A_c, b_c, **kwargs) -> x`` or ``(x, info)`` on the SciPy/CuPy
         matrix A_c and an array b_c shaped like B.
@@ -119,10 +119,10 @@ def sparse_solve_c4t(A: torch.Tensor, B: torch.Tensor, solve: Solver = None, tra
         def apply(rhs: torch.Tensor, **kw) -> torch.Tensor:
             xp, xsp, Ac = backend()
             r = cb._torch_to_backend(rhs, xp)
-            kw_direct = {k: v for k, v in kw.items() if k not in _TOLERANCES}
             if solver is None:
-                x = lu().solve(r, trans="T" if transposed else "N", **kw_direct)
+                x = lu().solve(r, trans="T" if transposed else "N")
             elif solver == "spsolve":
+                kw_direct = {k: v for k, v in kw.items() if k not in _TOLERANCES}
                 x = xsp.linalg.spsolve(Ac.T.tocsr() if transposed else Ac, r, **kw_direct)
                 x = x.reshape(r.shape)
             elif isinstance(solver, str):
