@@ -121,24 +121,11 @@ def bridge_solve(A: torch.Tensor, B: torch.Tensor, forward: Callable[..., torch.
     ``adjoint``, ``grad_A = -grad_B X^T`` sampled at A's pattern by the SDDMM
     kernel (no nnz x k or n x n temporary).  ``forward(rhs, **kwargs)`` solves
     ``A x = rhs``, ``adjoint(rhs, **kwargs)`` solves ``A^T y = rhs``, both on
-    ``(n, k)`` tensors; the argument checks and their messages are the published
-    bridges' (``sparse_solve_c4t`` / ``sparse_solve_j4t``)."""
-    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
-        raise ValueError("Both A and B should be instances of torch.Tensor")
-    if A.layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise TypeError(f"Unsupported sparse layout: {A.layout}. Only COO and CSR are supported.")
-    if A.dim() != 2:
-        raise ValueError("A must be a 2D tensor")
-    if A.shape[0] != A.shape[1]:
-        raise ValueError("A must be square")
-    if B.dim() not in (1, 2):
-        raise ValueError("B must be a 1D or 2D tensor")
-    if B.shape[0] != A.shape[0]:
-        raise ValueError(f"Incompatible dimensions: A has shape {A.shape}, B has shape {B.shape}")
-    if A.device != B.device:
-        raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
+    ``(n, k)`` tensors; the arguments are checked as sparse_generic_solve's are."""
+    from .._validate import check_system
+    check_system(A, B, "the solve", lambda s: s[0] == s[1], "A must be square")
     from ..sparse_solve import SparseGenericSolve
     B2 = B.unsqueeze(-1) if B.dim() == 1 else B
     X = SparseGenericSolve.apply(A, B2, lambda _, rhs, **kw: forward(rhs, **kw),
-                                 lambda _, rhs, **kw: adjoint(rhs, **kw), kwargs, False)
+                                 lambda _, rhs, **kw: adjoint(rhs, **kw), kwargs, False, None)
     return X.squeeze(-1) if B.dim() == 1 else X
