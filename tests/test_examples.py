@@ -23,3 +23,11 @@ def test_gcn_runs_on_the_builtin_graph_with_compile():
 @pytest.mark.skipif(not CORA.exists(), reason="the Planetoid data is not beside the repository")
 def test_gcn_reaches_the_papers_band_on_cora():
     assert _example("gcn").main(["--data", str(CORA), "--seeds", "1", "--no-compare"]) >= 0.79
+
+
+def test_bilinear_gradient_is_exact_at_the_pattern():
+    assert _example("bilinear").main(["--n", "20000"]) < 1e-5
+
+
+def test_sparse_linear_example_learns():
+    assert _example("sparse_linear").main(["--epochs", "2", "--train", "3000"]) > 0.3   # chance: 0.1

@@ -44,13 +44,17 @@ class SparseLinear(torch.nn.Module):
             pattern = torch.rand(out_features, in_features, generator=generator) < density
         elif tuple(pattern.shape) != (out_features, in_features):
             raise ValueError(f"pattern must have shape ({out_features}, {in_features}), got {tuple(pattern.shape)}")
-        if pattern.layout == torch.strided:
-            pattern = (pattern != 0).to(torch.float32).to_sparse_csr()
-        elif pattern.layout == torch.sparse_coo:
-            pattern = pattern.detach().coalesce().to_sparse_csr()
-        elif pattern.layout != torch.sparse_csr:
-            raise ValueError(f"pattern must be a dense, COO or CSR tensor, got {pattern.layout}")
-        crow, col = pattern.crow_indices(), pattern.col_indices()
+        if pattern.layout == torch.sparse_csr:
+            crow, col = pattern.crow_indices(), pattern.col_indices()
+        else:
+            if pattern.layout == torch.strided:
+                rows, col = (pattern != 0).nonzero().t()          # row-major: CSR order
+            elif pattern.layout == torch.sparse_coo:
+                rows, col = pattern.detach().coalesce().indices()
+            else:
+                raise ValueError(f"pattern must be a dense, COO or CSR tensor, got {pattern.layout}")
+            crow = torch.zeros(out_features + 1, dtype=torch.int64)
+            torch.cumsum(torch.bincount(rows, minlength=out_features), 0, out=crow[1:])
         self.in_features, self.out_features = in_features, out_features
         self.register_buffer("crow_indices", crow.to(torch.int64, copy=True).to(device))
         self.register_buffer("col_indices", col.to(torch.int64, copy=True).to(device))
