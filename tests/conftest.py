@@ -6,7 +6,6 @@ for calls that might crash the interpreter (they run in a child process).
 Test files import what they need with ``from conftest import ...``.
 """
 import contextlib
-import importlib
 import json
 import os
 import resource
@@ -14,7 +13,7 @@ import subprocess
 import sys
 import textwrap
 import zlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
 
 import pytest
@@ -33,6 +32,12 @@ PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(tsgu.__file__)))
 def seeded(*key) -> torch.Generator:
     """A generator seeded from `key`; the same seed in every process (unlike hash())."""
     return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+@pytest.fixture(autouse=True)
+def _fixed_global_seed():
+    """Tests that draw from torch's global generator get the same numbers every run."""
+    torch.manual_seed(0)
 
 
 @contextlib.contextmanager
