@@ -5,10 +5,11 @@ compared at A's stored positions (the dense gradient masked by A's pattern).
 """
 import json
 import os
+import re
 
 import pytest
 import torch
-from conftest import SANITIZED, random_dense, run_child, to_sparse
+from conftest import SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _kernels, sparse_csr_tensor, sparse_mm
@@ -498,3 +499,255 @@ def test_coo_row_pointers_for_any_thread_count(batched):
     bad[-2, nnz // 2 + 1] = bad[-2, nnz // 2] - 1 if bad[-2, nnz // 2] > 0 else n   # unsorted or out of range
     with pytest.raises(ValueError, match="malformed sparse matrix"):
         _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), 2)
+
+
+# ---------------------------------------------------------------- regressions of issue 7
+def _coo_rows_apart(entry, size):
+    """A one-entry COO whose index array is a column of a wider buffer: its
+    rows lie 2 elements apart in memory (as coalesce() of duplicates leaves it)."""
+    idx = torch.tensor([[e, 0] for e in entry])[:, :1]
+    assert idx.stride() == (2, 1)
+    return torch.sparse_coo_tensor(idx, torch.tensor([1.0]), size)
+
+
+def test_finding1_one_entry_coo_with_strided_indices():
+    A = _coo_rows_apart((0, 2, 1), (1, 3, 3))
+    B = torch.arange(9.0).reshape(1, 3, 3)
+    C = sparse_mm(A, B)
+    torch.testing.assert_close(C, A.to_dense() @ B)
+    assert torch.equal(C[0, 2], B[0, 1])                       # the entry's row, not row 0
+    A2 = _coo_rows_apart((2, 1), (3, 3))
+    torch.testing.assert_close(sparse_mm(A2, B[0]), A2.to_dense() @ B[0])
+
+
+def test_finding1_duplicates_collapsing_to_one_entry():
+    """Coalescing two duplicates leaves one entry with a non-unit-stride index array."""
+    for _ in range(20):                                          # the fault varied from run to run
+        A = torch.sparse_coo_tensor([[0, 0], [2, 2], [1, 1]], [1.0, 2.0], (1, 3, 3)).requires_grad_()
+        B = torch.randn(1, 3, 2, requires_grad=True)
+        C = sparse_mm(A, B)
+        C.sum().backward()
+        Ad = A.detach().to_dense().requires_grad_()
+        Bd = B.detach().clone().requires_grad_()
+        Cd = Ad @ Bd
+        Cd.sum().backward()
+        torch.testing.assert_close(C, Cd)
+        torch.testing.assert_close(B.grad, Bd.grad)
+        torch.testing.assert_close(A.grad.to_dense(), Ad.grad * (Ad.detach() != 0))
+
+
+def test_finding1_expanded_one_entry_indices_in_child():
+    """Stride-0 (expanded) indices: once a heap-buffer-overflow read; in a child in case it crashes."""
+    r = run_child("""
+        A = torch.sparse_coo_tensor(torch.tensor([[0], [2], [1]]).expand(3, 4), torch.ones(4), (1, 3, 3))
+        B = torch.arange(6.0).reshape(1, 3, 2)
+        print(torch.equal(sparse_mm(A, B), A.to_dense() @ B))
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["True"], r.stdout
+
+
+@pytest.mark.parametrize("layout", ["csr", "coo"])
+def test_finding2_negative_bit_operands(layout):
+    """B (and the upstream gradient) with PyTorch's negative bit: their values are
+    minus their memory, which DLPack cannot say."""
+    D = torch.tensor([[1.0, 2.0, 0.0], [0.0, 3.0, 0.0], [4.0, 0.0, 5.0]])
+    A = D.to_sparse_csr() if layout == "csr" else D.to_sparse()
+    b = torch.tensor([[1 + 1j], [2 + 2j], [3 + 3j]]).conj().imag
+    assert b.is_neg()
+    torch.testing.assert_close(sparse_mm(A, b), -torch.tensor([[5.0], [6.0], [19.0]]))
+    B = torch.randn(3, 2)._neg_view().requires_grad_()
+    G = torch.randn(3, 2)._neg_view()
+    A = A.detach().requires_grad_()
+    C = sparse_mm(A, B)
+    C.backward(G)
+    Ad, Bd = D.clone().requires_grad_(), B.detach().resolve_neg().requires_grad_()
+    (Ad @ Bd).backward(G.resolve_neg())
+    torch.testing.assert_close(C, D @ B.resolve_neg())
+    torch.testing.assert_close(B.grad, Bd.grad)
+    torch.testing.assert_close(A.grad.to_dense(), Ad.grad * (D != 0))
+
+
+@pytest.mark.parametrize("ctor", ["torch_csr", "ours_csr", "coo_coalesced_flag"])
+def test_finding3_edit_of_values_without_grad_never_changes_grad_B(ctor):
+    """Values that need no gradient, edited after forward: grad_B must be that of
+    the values of the forward pass (or the version-counter error is raised)."""
+    crow, col = torch.tensor([0, 1, 2]), torch.tensor([0, 1])
+    v = torch.tensor([1.0, 2.0])
+    if ctor == "torch_csr":
+        A = torch.sparse_csr_tensor(crow, col, v, (2, 2))
+    elif ctor == "ours_csr":
+        A = sparse_csr_tensor(crow, col, v, (2, 2))
+    else:
+        A = torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, 1]]), v, (2, 2), is_coalesced=True)
+    B = torch.ones(2, 3, requires_grad=True)
+    C = sparse_mm(A, B)
+    v.mul_(10)
+    try:
+        C.sum().backward()
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e)
+    else:
+        torch.testing.assert_close(B.grad, torch.tensor([[1.0] * 3, [2.0] * 3]))
+
+
+def _batched_csr_case(b, seed):
+    """A batched CSR leaf (one pattern for every item, as batched CSR requires), B and the dense A."""
+    gen = seeded("batched_csr", b, seed)
+    mask = torch.rand(4, 5, generator=gen) < 0.5
+    mask[:, 0] = True
+    D = (torch.rand(b, 4, 5, generator=gen, dtype=torch.float64) + 0.5) * mask
+    B = torch.randn(b, 5, 3, generator=gen, dtype=torch.float64)
+    return D.to_sparse_csr().requires_grad_(), B, D
+
+
+def _well_formed_csr_like(g, A):
+    """g is a CSR tensor with A's shape and pattern arrays of A's shapes, and passes torch's invariant check."""
+    assert g.layout == torch.sparse_csr and g.shape == A.shape
+    assert g.crow_indices().shape == A.crow_indices().shape
+    assert g.col_indices().shape == A.col_indices().shape
+    assert g.values().shape == A.values().shape
+    torch.sparse_csr_tensor(g.crow_indices(), g.col_indices(), g.values(), g.shape, check_invariants=True)
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_finding4_batched_csr_grad_accumulates(b):
+    """Two backward calls into one batched CSR leaf: twice the gradient, or a clear error."""
+    A, B, D = _batched_csr_case(b, 0)
+    try:
+        for _ in range(2):
+            sparse_mm(A, B).sum().backward()
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        assert "batched" in str(e) and "CSR" in str(e), f"unclear error: {e}"
+        return
+    _well_formed_csr_like(A.grad, A)
+    Dd = D.clone().requires_grad_()
+    (Dd @ B).sum().backward()
+    torch.testing.assert_close(A.grad.to_dense(), 2 * Dd.grad * (D != 0))
+
+
+@pytest.mark.parametrize("b", [1, 2])
+def test_finding4_batched_csr_second_derivatives(b):
+    """d/dA of a function of grad_B, for a batched CSR leaf: right values on A's
+    pattern, or a clear error; never a malformed tensor."""
+    A, B, D = _batched_csr_case(b, 1)
+    Bx = B.clone().requires_grad_()
+    try:
+        (gB,) = torch.autograd.grad((sparse_mm(A, Bx) ** 2).sum(), Bx, create_graph=True)
+        (gA,) = torch.autograd.grad((gB ** 2).sum(), A)          # A's gradient comes by two paths
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        assert "batched" in str(e) and "CSR" in str(e), f"unclear error: {e}"
+        return
+    _well_formed_csr_like(gA, A)
+    Dd = D.clone().requires_grad_()
+    (gBd,) = torch.autograd.grad(((Dd @ Bx) ** 2).sum(), Bx, create_graph=True)
+    (gAd,) = torch.autograd.grad((gBd ** 2).sum(), Dd)
+    torch.testing.assert_close(gA.to_dense(), gAd * (D != 0))
+
+
+def test_finding5_huge_int64_structure_is_checked_before_use():
+    """Row pointers and columns near 2**62, on two threads: a ValueError, and (checked
+    by the sanitizer job, where UBSan halts on it) no signed overflow on the way."""
+    n, nnz = 1000, 300_000
+    crow = torch.linspace(0, nnz, n + 1).long()
+    col = torch.arange(nnz) % 500
+    bad_crow = crow.clone()
+    bad_crow[n // 2] = 2**62
+    bad_col = col.clone()
+    bad_col[nnz // 2] = 2**62
+    cases = {}
+    for name, (c, j) in {"crow": (bad_crow, col), "col": (crow, bad_col)}.items():
+        torch.save((c, j), path := os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tsgu_f5_{os.getpid()}_{name}.pt"))
+        cases[name] = (f"c, j = torch.load({path!r})\n"
+                       f"A = torch.sparse_csr_tensor(c, j, torch.ones({nnz}), ({n}, 500))\n"
+                       f"torch.set_num_threads(2)\n"
+                       f"inputs = [A]\ncall = lambda: sparse_mm(A, torch.ones(500, 8))")
+    try:
+        outcomes = child_outcomes(cases)
+    finally:
+        for name in cases:
+            os.remove(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tsgu_f5_{os.getpid()}_{name}.pt"))
+    for name, (outcome, message) in outcomes.items():
+        assert outcome == "ValueError" and "malformed sparse matrix" in message, (name, outcome, message)
+
+
+@pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
+def test_finding6_hypersparse_coo_in_bounded_memory():
+    """2**31 + 5 rows, 2 entries: O(nnz) memory or a clear ValueError before allocating,
+    under a 4 GB address-space limit.  (p = 0 keeps the dense output empty: any
+    p >= 1 needs >= 8 GB for the output alone.)"""
+    r = run_child("""
+        import time
+        n = 2**31 + 5
+        A = torch.sparse_coo_tensor(torch.tensor([[0, n - 1], [1, 2]]), torch.tensor([1.0, 2.0]), (n, 3))
+        start = time.time()
+        try:
+            C = sparse_mm(A, torch.randn(3, 0))
+            print("OK", tuple(C.shape))
+        except ValueError as e:
+            print("VALUEERROR", e)
+        print("SECONDS", time.time() - start)
+    """, timeout=120, memory_limit=4 << 30)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[0] in ("OK (2147483653, 0)",) or lines[0].startswith("VALUEERROR"), r.stdout
+    assert float(lines[1].split()[1]) < 10, r.stdout
+
+
+def _csr_layer():
+    S = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]).to_sparse_csr()
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.crow, self.col = S.crow_indices(), S.col_indices()
+            self.values = torch.nn.Parameter(S.values().clone())
+
+        def forward(self, X):
+            A = torch.sparse_csr_tensor(self.crow, self.col, self.values, S.shape)
+            return sparse_mm(A, X).relu() + 1
+    return Layer()
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_finding7_torch_compile_of_a_csr_layer(backend):
+    """torch.compile (fullgraph=False) of a layer calling sparse_mm on a CSR tensor:
+    a graph break at worst, and the eager result and gradient."""
+    torch._dynamo.reset()
+    try:
+        layer = _csr_layer()
+        X = torch.randn(3, 4, generator=seeded("compile"))
+        compiled = torch.compile(layer, backend=backend)
+        out = compiled(X)
+        out.sum().backward()
+        got = layer.values.grad.clone()
+        layer.values.grad = None
+        ref = layer(X)
+        ref.sum().backward()
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(got, layer.values.grad)
+    finally:
+        torch._dynamo.reset()
+
+
+FUNC_UNSUPPORTED = r"torch\.func"
+
+
+@pytest.mark.parametrize("transform", ["grad", "jvp"])
+def test_finding8_torch_func_with_csr_is_clear(transform):
+    """torch.func transforms over sparse_mm with a CSR A: the right answer, or an
+    error whose message names torch.func as what is unsupported."""
+    S = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]).to_sparse_csr()
+    X = torch.randn(3, 4, generator=seeded("func"))
+    T = torch.randn(3, 4, generator=seeded("func tangent"))
+    try:
+        if transform == "grad":
+            got = torch.func.grad(lambda B: sparse_mm(S, B).sum())(X)
+            ref = torch.func.grad(lambda B: (S.to_dense() @ B).sum())(X)
+        else:
+            got = torch.func.jvp(lambda B: sparse_mm(S, B), (X,), (T,))
+            ref = torch.func.jvp(lambda B: S.to_dense() @ B, (X,), (T,))
+    except (ValueError, TypeError, RuntimeError, NotImplementedError) as e:
+        assert re.search(FUNC_UNSUPPORTED, str(e)), f"unclear error: {type(e).__name__}: {e}"
+        return
+    torch.testing.assert_close(got, ref)

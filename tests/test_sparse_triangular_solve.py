@@ -208,3 +208,20 @@ def test_cuda_matches_dense(transpose):
     torch.testing.assert_close(X.cpu(), dense_trisolve(D, B, False, False, transpose), **TOL[torch.float64])
     X.sum().backward()
     assert A.grad.layout == torch.sparse_csr and A.grad.is_cuda
+
+
+@pytest.mark.parametrize("ctor", ["coo", "csr"])
+def test_finding3_inplace_edit_of_values_raises(ctor):
+    """Issue 7, finding 3: v.mul_(3) on the values A was built from, between forward
+    and backward, raises autograd's version-counter error (was a silently wrong gradient)."""
+    D = tri_dense(1, 5, False, False, torch.float64, seeded("finding3", ctor))[0]
+    S = D.to_sparse_csr() if ctor == "csr" else D.to_sparse().coalesce()
+    v = S.values().clone().requires_grad_()
+    A = (sparse_csr_tensor(S.crow_indices(), S.col_indices(), v, S.shape) if ctor == "csr"
+         else torch.sparse_coo_tensor(S.indices(), v, S.shape))
+    B = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    X = sparse_triangular_solve(A, B, upper=False)
+    with torch.no_grad():
+        v.mul_(3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        X.sum().backward()
