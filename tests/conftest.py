@@ -177,7 +177,7 @@ def dense_operand(shape, dtype, gen, mode: str = "contig") -> torch.Tensor:
     a slice of a wider buffer, expanded (stride 0 on the second-to-last dim), or
     with PyTorch's negative bit set (is_neg(): its values are minus its memory)."""
     X = torch.randn(shape, generator=gen, dtype=dtype)
-    if mode == "contig" or X.dim() < 2 and mode == "colmajor":
+    if mode == "contig" or X.dim() == 0 and mode != "neg" or X.dim() == 1 and mode == "colmajor":
         return X
     if mode == "colmajor":
         return X.transpose(-1, -2).contiguous().transpose(-1, -2)
@@ -564,18 +564,17 @@ def malformed_cases(op: Op) -> Dict[str, str]:
     return cases
 
 
-def run_case(case: Case, requires=None, G=None):
+def run_case(case: Case, requires=None, gmode: str = "contig"):
     """Forward and backward of `case` with the named leaves requiring grad (all by
-    default); returns (outputs, {name: grad}).  The loss is sum(out * weight) with
-    fixed weights (or the given list G)."""
+    default); returns (outputs, {name: grad}).  The upstream gradients are fixed
+    random tensors in the memory arrangement `gmode` (see dense_operand)."""
     names = list(case.leaves) if requires is None else list(requires)
     leaves = [t.detach().requires_grad_(k in names) for k, t in case.leaves.items()]
     out = case.run(*leaves)
     outs = out if isinstance(out, tuple) else (out,)
     if names:
-        weights = G if G is not None else [torch.randn(o.shape, generator=seeded("G", o.shape), dtype=o.dtype)
-                                           for o in outs]
-        sum((o * w).sum() for o, w in zip(outs, weights)).backward()
+        grads = [dense_operand(o.shape, o.dtype, seeded("G", tuple(o.shape)), gmode) for o in outs]
+        torch.autograd.backward(outs, grads)
     grads = {k: t.grad for k, t in zip(case.leaves, leaves) if k in names}
     return tuple(o.detach() for o in outs), grads
 

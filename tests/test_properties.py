@@ -1,7 +1,7 @@
 """Property tests: every public op (conftest.OPS) against the same computation in dense
 PyTorch autograd, on inputs drawn by hypothesis: every COO/CSR layout and index
 memory arrangement (duplicates, one entry, sliced/strided/expanded index arrays),
-strided/expanded/sliced/negative-bit dense operands, empty rows, nnz = 0, batched,
+strided/expanded/sliced/negative-bit dense operands and upstream gradients, empty rows, nnz = 0, batched,
 int32/int64 indices, float32/float64.  Example counts are bounded and the search is
 derandomized, so each run tries the same cases."""
 import pytest
@@ -49,8 +49,9 @@ def test_matches_dense_autograd(name, data):
     op.fn()
     spec = data.draw(specs(op), label="spec")
     case = op.make(spec)
-    out, grads = run_case(case)
-    ref_out, ref_grads = run_case(Case(case.leaves, case.structure, case.ref, case.ref))
+    gmode = data.draw(st.sampled_from(B_MODES), label="upstream gradient arrangement")
+    out, grads = run_case(case, gmode=gmode)
+    ref_out, ref_grads = run_case(Case(case.leaves, case.structure, case.ref, case.ref), gmode=gmode)
     tol = op.tol[spec.dtype]
     assert len(out) == len(ref_out)
     for k, (x, y) in enumerate(zip(out, ref_out)):
