@@ -679,7 +679,7 @@ def test_finding6_hypersparse_coo_in_bounded_memory():
     """, timeout=120, memory_limit=4 << 30)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = r.stdout.splitlines()
-    assert lines[0] in ("OK (2147483653, 0)",) or lines[0].startswith("VALUEERROR"), r.stdout
+    assert lines[0] == "OK (2147483653, 0)" or lines[0].startswith("VALUEERROR"), r.stdout
     assert float(lines[1].split()[1]) < 10, r.stdout
 
 
