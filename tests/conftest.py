@@ -632,9 +632,10 @@ def run(src):
     return outcome
 
 for name, src in json.loads(sys.stdin.read()):
-    print(json.dumps(["START", name]), flush=True)
-    print(json.dumps(["END", name] + run(src)), flush=True)
+    print(MARK + json.dumps(["START", name]), flush=True)
+    print(MARK + json.dumps(["END", name] + run(src)), flush=True)
 """
+_MARK = "@@tsgu-case "     # starts the runner's own lines in the child's stdout
 
 
 def child_outcomes(cases: Dict[str, str], timeout: float = 300) -> Dict[str, Tuple[str, str]]:
@@ -646,14 +647,13 @@ def child_outcomes(cases: Dict[str, str], timeout: float = 300) -> Dict[str, Tup
     todo = list(cases.items())
     results: Dict[str, Tuple[str, str]] = {}
     while todo:
-        r = subprocess.run([sys.executable, "-c", CHILD_PRELUDE + _CASE_RUNNER], input=json.dumps(todo),
-                           capture_output=True, text=True, timeout=timeout, env=child_env())
+        r = subprocess.run([sys.executable, "-c", CHILD_PRELUDE + f"MARK = {_MARK!r}\n" + _CASE_RUNNER],
+                           input=json.dumps(todo), capture_output=True, text=True, timeout=timeout, env=child_env())
         started = None
         for line in r.stdout.splitlines():
-            try:
-                msg = json.loads(line)
-            except ValueError:
+            if not line.startswith(_MARK):
                 continue
+            msg = json.loads(line[len(_MARK):])
             if msg[0] == "START":
                 started = msg[1]
             elif msg[0] == "END":
@@ -663,6 +663,7 @@ def child_outcomes(cases: Dict[str, str], timeout: float = 300) -> Dict[str, Tup
             break
         if started is None:      # died outside any case
             started = next(name for name, _ in todo if name not in results)
-        results[started] = ("CRASH", f"exit status {r.returncode}: {r.stderr[-3000:]}")
+        err = r.stderr if len(r.stderr) <= 4000 else r.stderr[:2000] + "\n...\n" + r.stderr[-2000:]
+        results[started] = ("CRASH", f"exit status {r.returncode}: {err}")   # a sanitizer report opens with its cause
         todo = [(name, src) for name, src in todo if name not in results]
     return results

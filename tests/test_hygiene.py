@@ -177,6 +177,18 @@ def malformed_outcomes():
     return child_outcomes(cases)
 
 
+def test_child_runner_reports_each_outcome():
+    """The runner itself: a crash is reported and the cases after it still run."""
+    outcomes = child_outcomes({
+        "ok": "inputs = []\ncall = lambda: None",
+        "crash": "import os\ninputs = []\ncall = os.abort",
+        "error": "inputs = []\ncall = lambda: int('x')",
+        "modified": "t = torch.zeros(2)\ninputs = [t]\ncall = lambda: t.add_(1)",
+    })
+    assert {k: v[0] for k, v in outcomes.items()} == {
+        "ok": "OK", "crash": "CRASH", "error": "ValueError", "modified": "MODIFIED"}
+
+
 @pytest.mark.parametrize("op,name", _params(MALFORMED_IDS))
 def test_malformed_structure_is_value_error(malformed_outcomes, op, name):
     op.fn()
