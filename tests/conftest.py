@@ -72,6 +72,7 @@ def random_dense(batch, n, m, nnz, dtype, gen, empty_rows=True):
 COO_LAYOUTS = ("coo", "coo_uncoalesced", "coo_sliced", "coo_colmajor", "coo_step", "coo_expanded")
 CSR_LAYOUTS = ("csr", "csr_strided")
 LAYOUTS = COO_LAYOUTS + CSR_LAYOUTS
+FULL_RANK_LAYOUTS = tuple(lay for lay in LAYOUTS if lay != "coo_expanded")   # one entry: singular for n > 1
 
 
 def _strided(t: torch.Tensor, how: str) -> torch.Tensor:
@@ -506,11 +507,11 @@ OPS = [
     Op("sparse_triangular_solve", _make_trisolve,
        malformed_call="sparse_triangular_solve(A, torch.ones(*A.shape[:-1], 1), upper=True)",
        large=Spec(batched=True, n=300, p=6, nnz=4000), variants=8),
-    Op("sparse_generic_solve", _make_generic_solve, batched=False,
+    Op("sparse_generic_solve", _make_generic_solve, layouts=FULL_RANK_LAYOUTS, batched=False,
        tol={torch.float32: dict(rtol=2e-3, atol=2e-3), torch.float64: dict(rtol=1e-7, atol=1e-9)},
        malformed_call="sparse_generic_solve(A, torch.ones(A.shape[0]))",
        large=Spec(n=3000, p=3, nnz=200000), variants=2),
-    Op("sparse_generic_lstsq", _make_lstsq, batched=False,
+    Op("sparse_generic_lstsq", _make_lstsq, layouts=FULL_RANK_LAYOUTS, batched=False,
        tol={torch.float32: dict(rtol=2e-3, atol=2e-3), torch.float64: dict(rtol=1e-6, atol=1e-8)},
        malformed_call="sparse_generic_lstsq(A, torch.ones(A.shape[0]))",
        large=Spec(n=4000, m=2000, p=1, nnz=600000), variants=2),

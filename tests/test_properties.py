@@ -24,7 +24,7 @@ def specs(draw, op):
         batched=op.batched and draw(st.booleans()),
         itype=draw(st.sampled_from(op.itypes)) if csr_like else torch.int64,   # COO indices are int64
         dtype=draw(st.sampled_from(op.dtypes)),
-        n=n, m=m, p=draw(st.integers(1, 5)),
+        n=n, m=m, p=draw(st.integers(0, 5)),
         nnz=draw(st.one_of(st.sampled_from([0, 1]), st.integers(0, n * m))),
         bmode=draw(st.sampled_from(B_MODES)),
         empty_rows=draw(st.booleans()),

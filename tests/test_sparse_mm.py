@@ -740,3 +740,17 @@ def test_finding8_torch_func_with_csr_is_clear(transform):
         assert re.search(FUNC_UNSUPPORTED, str(e)), f"unclear error: {type(e).__name__}: {e}"
         return
     torch.testing.assert_close(got, ref)
+
+
+@pytest.mark.parametrize("p", [0, 1, 3])
+def test_hypersparse_coo_matches_dense(p):
+    """Far more rows than entries (the path that keeps only non-empty rows), p = 0 included."""
+    A = torch.sparse_coo_tensor([[0, 99, 99], [1, 2, 0]], [1.0, 2.0, -1.0], (100, 3)).requires_grad_()
+    B = torch.randn(3, p, requires_grad=True, generator=seeded("hypersparse", p))
+    C = sparse_mm(A, B)
+    C.backward(torch.ones_like(C))
+    Ad, Bd = A.detach().to_dense().requires_grad_(), B.detach().clone().requires_grad_()
+    (Ad @ Bd).backward(torch.ones(100, p))
+    torch.testing.assert_close(C, Ad @ Bd)
+    torch.testing.assert_close(B.grad, Bd.grad)
+    torch.testing.assert_close(A.grad.to_dense(), Ad.grad * (Ad.detach() != 0))
