@@ -70,8 +70,9 @@ def lsmr(A: Operator, b: torch.Tensor, Armat: Optional[Operator] = None, n: Opti
             raise TypeError("lsmr: n (the number of columns of A) is required when A is a callable")
         n = A.shape[-1]
     rows = A.shape[-2] if isinstance(A, torch.Tensor) else None
-    if b.dim() == 2 and b.shape[0] == 1 and b.shape[1] != 1 and rows != 1:
-        # a row vector (1, m), as the release accepts: solved as (m,), returned as (1, n)
+    if b.dim() == 2 and b.shape[0] == 1 and b.shape[1] != 1 and rows is not None and rows != 1:
+        # a row vector (1, m) for a matrix A of m != 1 rows, as the release accepts: solved
+        # as (m,), returned as (1, n) (for an operator A, b is always (m, k))
         x, itn = lsmr(mv, b[0], rmv, n, damp, atol, btol, conlim, maxiter,
                       None if x0 is None else x0.reshape(-1))
         return x.unsqueeze(0), itn
