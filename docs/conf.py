@@ -36,7 +36,8 @@ myst_enable_extensions = ["colon_fence", "dollarmath"]
 myst_heading_anchors = 3
 
 # API reference: one page per module of api.md's autosummary list, through
-# _templates/autosummary/module.rst; members are what each module's __all__ names.
+# _templates/autosummary/module.rst; members are what each module's __all__ names, and
+# the page's docstring examples run with `from <module> import *` done.
 autosummary_generate = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
@@ -46,23 +47,18 @@ autodoc_typehints = "description"
 OPTIONAL = {"torchsparsegradutils.jax": "jax"}
 MISSING = {mod for mod, dep in OPTIONAL.items() if importlib.util.find_spec(dep) is None}
 autodoc_mock_imports = [OPTIONAL[mod] for mod in MISSING]
+autosummary_context = {"missing_extras": sorted(MISSING)}
 
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_custom_sections = [("Gradients", "notes_style")]
 
-# `sphinx-build -b doctest`: every testcode block and docstring example, in one namespace
+# `sphinx-build -b doctest`: every testcode block and docstring example; each page's run
+# starts from this (API pages add their module's names, see the template)
 doctest_global_setup = """
-import importlib.util
 import warnings
 import torch
 import torchsparsegradutils
-from torchsparsegradutils import *
-from torchsparsegradutils.nn import *
-from torchsparsegradutils.utils import *
-from torchsparsegradutils.cupy import *
-if importlib.util.find_spec("jax"):
-    from torchsparsegradutils.jax import *
 torch.manual_seed(0)
 warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta state", UserWarning)
 warnings.filterwarnings("ignore", "Sparse invariant checks are implicitly disabled", UserWarning)
