@@ -30,6 +30,7 @@ exclude_patterns = ["_build", "generated/*.md"]
 templates_path = ["_templates"]
 html_theme = "alabaster"
 html_title = "torchsparsegradutils"
+html_theme_options = {"page_width": "1200px", "sidebar_width": "240px"}
 nitpicky = False
 
 myst_enable_extensions = ["colon_fence", "dollarmath"]
