@@ -43,6 +43,7 @@ autosummary_generate = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
+autodoc_inherit_docstrings = False  # no torch.nn.Module / autograd.Function boilerplate
 # Optional dependencies of documented modules: without them installed the module is
 # documented against a mock and its docstring examples are shown but not run.
 OPTIONAL = {"torchsparsegradutils.jax": "jax"}
