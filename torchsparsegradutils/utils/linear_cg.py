@@ -21,7 +21,7 @@ class LinearCGSettings(NamedTuple):
 
 @dataclass(frozen=True)
 class CGInfo:
-    """How a :func:`linear_cg` run ended.  Residuals have shape (*batch, k).
+    """How a :func:`linear_cg` run ended.  Residuals have shape ``(*batch, k)``.
 
     ``reason``: "converged" when the recomputed residual ``||b - A x|| / ||b||``
     meets the tolerance for every column; "recursive_converged" (or
