@@ -34,7 +34,7 @@ def mean_hotelling_t2_test(sample_mean: torch.Tensor, true_mean: torch.Tensor, s
 
     Parameters
     ----------
-    sample_mean, true_mean : (B, p) tensors.
+    sample_mean : (B, p) tensor; true_mean : broadcastable to it, e.g. (p,).
     sample_cov : (B, p, p) sample covariance (symmetric positive definite).
     n : number of samples behind the statistics (``n > p``).
     confidence_level : in (0, 1).
@@ -62,9 +62,9 @@ def mean_hotelling_t2_test(sample_mean: torch.Tensor, true_mean: torch.Tensor, s
     from scipy.stats import f as f_dist
 
     _check_level(confidence_level)
-    if sample_mean.dim() != 2 or true_mean.shape != sample_mean.shape:
-        raise ValueError(f"sample_mean and true_mean must both be (B, p), got {tuple(sample_mean.shape)} "
-                         f"and {tuple(true_mean.shape)}")
+    if sample_mean.dim() != 2 or torch.broadcast_shapes(true_mean.shape, sample_mean.shape) != sample_mean.shape:
+        raise ValueError(f"sample_mean must be (B, p) and true_mean broadcastable to it, got "
+                         f"{tuple(sample_mean.shape)} and {tuple(true_mean.shape)}")
     B, p = sample_mean.shape
     if sample_cov.shape != (B, p, p):
         raise ValueError(f"sample_cov must be (B, p, p) = {(B, p, p)}, got {tuple(sample_cov.shape)}")
@@ -89,7 +89,7 @@ def cov_nagao_test(emp_cov: torch.Tensor, ref_cov: torch.Tensor, n: int,
 
     Parameters
     ----------
-    emp_cov, ref_cov : (B, p, p); ``ref_cov`` symmetric positive definite.
+    emp_cov : (B, p, p); ref_cov : symmetric positive definite, broadcastable to (B, p, p).
     n : number of samples behind ``emp_cov``.
     confidence_level : in (0, 1).
 
@@ -116,9 +116,10 @@ def cov_nagao_test(emp_cov: torch.Tensor, ref_cov: torch.Tensor, n: int,
     from scipy.stats import chi2
 
     _check_level(confidence_level)
-    if emp_cov.dim() != 3 or emp_cov.shape[-1] != emp_cov.shape[-2] or ref_cov.shape != emp_cov.shape:
-        raise ValueError(f"emp_cov and ref_cov must both be (B, p, p), got {tuple(emp_cov.shape)} "
-                         f"and {tuple(ref_cov.shape)}")
+    if (emp_cov.dim() != 3 or emp_cov.shape[-1] != emp_cov.shape[-2]
+            or torch.broadcast_shapes(ref_cov.shape, emp_cov.shape) != emp_cov.shape):
+        raise ValueError(f"emp_cov must be (B, p, p) and ref_cov broadcastable to it, got "
+                         f"{tuple(emp_cov.shape)} and {tuple(ref_cov.shape)}")
     p = emp_cov.shape[-1]
     C = torch.linalg.cholesky(ref_cov)
     # W = C^{-1} emp C^{-T}, by two triangular solves
