@@ -42,6 +42,7 @@ from .. import _differentiable
 from .._csr import as_csr
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
+from ..sparse_tensor import sparse_csr_tensor
 
 __all__ = ["SparseMultivariateNormal", "SparseMultivariateNormalNative"]
 
@@ -78,45 +79,46 @@ def _batch_sparse_mv(op, bmat, bvec, **kwargs):
 
 
 def _entries(F: torch.Tensor):
-    """(flat position item * n + row, column, values) of F's stored entries, in the
-    order of ``F.values()`` (flattened), which stays differentiable w.r.t. F."""
+    """(flat position item * n + row, column) of F's stored entries, in the order of
+    ``F.values()`` flattened."""
     n = F.shape[-1]
     if F.layout == torch.sparse_coo:
         idx = F.indices()
         item = idx[0] if F.dim() == 3 else torch.zeros_like(idx[0])
-        return item * n + idx[-2], idx[-1], F.values()
+        return item * n + idx[-2], idx[-1]
     crow, col = F.crow_indices(), F.col_indices()
     counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
     pos = torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
-    return pos, col.reshape(-1).long(), F.values().reshape(-1)
+    return pos, col.reshape(-1).long()
 
 
-def _factor_diagonal(F: torch.Tensor) -> torch.Tensor:
-    """The stored diagonal of F as (n,) or (B, n), zeros where none is stored; O(nnz)."""
-    pos, col, val = _entries(F)
+def _factor_diagonal(F: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The stored diagonal of F (values ``values``) as (n,) or (B, n), zeros where
+    none is stored; O(nnz)."""
+    pos, col = _entries(F)
+    val = values.reshape(-1)
     n = F.shape[-1]
     on = (pos % n) == col if n else col.bool()
     out = val.new_zeros(F.shape[:-1].numel())
     return out.index_add(0, pos[on], val[on]).reshape(F.shape[:-1])
 
 
-def _row_square_sums(F: torch.Tensor, weight=None) -> torch.Tensor:
+def _row_square_sums(F: torch.Tensor, values: torch.Tensor, weight=None) -> torch.Tensor:
     """``sum_j F_ij^2 w_j`` for every row i, (n,) or (B, n); O(nnz).  ``weight``
     broadcasts against (B?, n) (the column weights)."""
-    pos, col, val = _entries(F)
+    pos, col = _entries(F)
     n = F.shape[-1]
-    sq = val.square()
+    sq = values.reshape(-1).square()
     if weight is not None:
         w = weight.expand(F.shape[:-1]).reshape(-1)
         sq = sq * w[pos - pos % n + col]                 # weight of (item, column)
     return sq.new_zeros(F.shape[:-1].numel()).index_add(0, pos, sq).reshape(F.shape[:-1])
 
 
-def _transposed_mv(F: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def _transposed_mv(F: torch.Tensor, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``F^T x`` for every vector of x (as in :func:`_batch_sparse_mv`), differentiable
-    w.r.t. F's values (a sparse gradient) and x, without forming F^T."""
+    w.r.t. F's ``values`` and x, without forming F^T."""
     view = as_csr(F.detach())
-    values = F.values()
     return _batch_sparse_mv(lambda A, Y: _differentiable.spmm_t(view, values, Y), F, x)
 
 
@@ -139,7 +141,7 @@ def _check_factor(name: str, F, n: int, dtype) -> torch.Tensor:
 
 def _check_lower(name: str, F: torch.Tensor) -> None:
     """O(nnz): no stored entry above the diagonal."""
-    pos, col, _ = _entries(F.detach())
+    pos, col = _entries(F.detach())
     if bool((col > pos % F.shape[-1]).any()):
         raise ValueError(f"{name} must be lower triangular: it stores an entry above the diagonal")
 
@@ -254,6 +256,19 @@ class SparseMultivariateNormal(Distribution):
     def _factor(self):
         return self._precision_tril if self._is_precision else self._scale_tril
 
+    def _factor_parts(self):
+        """(F, values): the factor rebuilt on its own ``values()`` and those values.
+        Every use of the factor in one call goes through this one ``values()`` node,
+        so the call's gradient reaches the user's factor by a single path (PyTorch
+        mis-adds two batched-CSR gradients of one tensor, 2.x)."""
+        F = self._factor
+        values = F.values()
+        if not F.requires_grad:
+            return F, values
+        if F.layout == torch.sparse_coo:
+            return torch.sparse_coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
+        return sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape), values
+
     @property
     def mean(self):
         return self._loc.expand(self._extended_shape())
@@ -264,7 +279,7 @@ class SparseMultivariateNormal(Distribution):
 
     def rsample(self, sample_shape=torch.Size()):
         eps = _standard_normal(self._extended_shape(sample_shape), dtype=self._loc.dtype, device=self._loc.device)
-        F, D = self._factor, self._diagonal
+        (F, _), D = self._factor_parts(), self._diagonal
         if not self._is_precision:
             if D is None:
                 x = _batch_sparse_mv(sparse_mm, F, eps)                      # L eps
@@ -277,9 +292,11 @@ class SparseMultivariateNormal(Distribution):
                                  unitriangular=D is not None, transpose=True)   # L^{-T} (D^{-1/2}) eps
         return self._loc + x
 
-    def _half_log_det_cov(self) -> torch.Tensor:
+    def _half_log_det_cov(self, F=None, values=None) -> torch.Tensor:
         if self._diagonal is None:
-            half = _factor_diagonal(self._factor).abs().log().sum(-1)
+            if F is None:
+                F, values = self._factor_parts()
+            half = _factor_diagonal(F, values).abs().log().sum(-1)
         else:
             half = 0.5 * self._diagonal.log().sum(-1)
         return -half if self._is_precision else half
@@ -289,15 +306,15 @@ class SparseMultivariateNormal(Distribution):
             self._validate_sample(value)
         r = value - self._loc
         r = r.expand(torch.broadcast_shapes(r.shape, self._extended_shape()))
-        F, D = self._factor, self._diagonal
+        (F, values), D = self._factor_parts(), self._diagonal
         if not self._is_precision:
             z = _batch_sparse_mv(sparse_triangular_solve, F, r, upper=False, unitriangular=D is not None)
             quad = z.square() if D is None else z.square() / D
         else:
-            z = _transposed_mv(F, r)
+            z = _transposed_mv(F, values, r)
             quad = z.square() if D is None else (z + r).square() * D
         n = self._event_shape[0]
-        return _gaussian_log_prob(n, quad.sum(-1), 2 * self._half_log_det_cov())
+        return _gaussian_log_prob(n, quad.sum(-1), 2 * self._half_log_det_cov(F, values))
 
     def entropy(self):
         n = self._event_shape[0]
@@ -306,17 +323,17 @@ class SparseMultivariateNormal(Distribution):
 
     @property
     def variance(self):
-        F, D = self._factor, self._diagonal
+        (F, values), D = self._factor_parts(), self._diagonal
         if not self._is_precision:
-            v = _row_square_sums(F) if D is None else D + _row_square_sums(F, D)
+            v = _row_square_sums(F, values) if D is None else D + _row_square_sums(F, values, D)
         else:
-            v = self._inverse_factor_column_norms()
+            v = self._inverse_factor_column_norms(F)
         return v.expand(self._extended_shape())
 
-    def _inverse_factor_column_norms(self) -> torch.Tensor:
+    def _inverse_factor_column_norms(self, F) -> torch.Tensor:
         """``sum_k (L^{-1})_{ki}^2 (/ D_k)`` for every i: the diagonal of
         ``L^{-T} (D^{-1}) L^{-1}``, by solves with blocks of identity columns."""
-        F, D = self._factor, self._diagonal
+        D = self._diagonal
         n = F.shape[-1]
         batch = F.shape[:-2]
         k = max(1, min(n, _VARIANCE_BLOCK_ELEMS // max(n, 1)))
@@ -335,7 +352,7 @@ class SparseMultivariateNormal(Distribution):
 
     def _dense_factor(self) -> torch.Tensor:
         """``L`` as a dense matrix, through sparse_mm with the identity (differentiable); O(n^2)."""
-        F = self._factor
+        F, _ = self._factor_parts()
         n = F.shape[-1]
         eye = torch.eye(n, dtype=F.dtype, device=F.device).expand(*F.shape[:-2], n, n).contiguous()
         L = sparse_mm(F, eye)
