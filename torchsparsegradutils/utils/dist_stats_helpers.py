@@ -18,6 +18,13 @@ import torch
 __all__ = ["mean_hotelling_t2_test", "cov_nagao_test"]
 
 
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
+
+
 def _check_level(confidence_level: float) -> None:
     if not 0.0 < confidence_level < 1.0:
         raise ValueError(f"confidence_level must be in (0, 1), got {confidence_level}")
@@ -62,7 +69,7 @@ def mean_hotelling_t2_test(sample_mean: torch.Tensor, true_mean: torch.Tensor, s
     from scipy.stats import f as f_dist
 
     _check_level(confidence_level)
-    if sample_mean.dim() != 2 or torch.broadcast_shapes(true_mean.shape, sample_mean.shape) != sample_mean.shape:
+    if sample_mean.dim() != 2 or not _broadcasts_to(true_mean.shape, sample_mean.shape):
         raise ValueError(f"sample_mean must be (B, p) and true_mean broadcastable to it, got "
                          f"{tuple(sample_mean.shape)} and {tuple(true_mean.shape)}")
     B, p = sample_mean.shape
@@ -117,7 +124,7 @@ def cov_nagao_test(emp_cov: torch.Tensor, ref_cov: torch.Tensor, n: int,
 
     _check_level(confidence_level)
     if (emp_cov.dim() != 3 or emp_cov.shape[-1] != emp_cov.shape[-2]
-            or torch.broadcast_shapes(ref_cov.shape, emp_cov.shape) != emp_cov.shape):
+            or not _broadcasts_to(ref_cov.shape, emp_cov.shape)):
         raise ValueError(f"emp_cov must be (B, p, p) and ref_cov broadcastable to it, got "
                          f"{tuple(emp_cov.shape)} and {tuple(ref_cov.shape)}")
     p = emp_cov.shape[-1]
