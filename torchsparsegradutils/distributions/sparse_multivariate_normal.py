@@ -32,11 +32,12 @@ kernel; their gradients w.r.t. ``F`` are sparse, on ``F``'s pattern.
   are built from a dense copy of ``L`` or ``L^{-1}`` (O(n^2) memory).
 """
 import math
+from typing import NamedTuple
 
 import torch
 from torch.distributions import constraints
 from torch.distributions.distribution import Distribution
-from torch.distributions.utils import _standard_normal
+from torch.distributions.utils import _standard_normal, lazy_property
 
 from .. import _differentiable
 from .._csr import as_csr
@@ -78,41 +79,52 @@ def _batch_sparse_mv(op, bmat, bvec, **kwargs):
                      f"(B, n, m) one (..., B, m), got {tuple(bmat.shape)} and {tuple(bvec.shape)}")
 
 
-def _entries(F: torch.Tensor):
-    """(flat position item * n + row, column) of F's stored entries, in the order of
-    ``F.values()`` flattened."""
-    n = F.shape[-1]
-    if F.layout == torch.sparse_coo:
-        idx = F.indices()
-        item = idx[0] if F.dim() == 3 else torch.zeros_like(idx[0])
-        return item * n + idx[-2], idx[-1]
-    crow, col = F.crow_indices(), F.col_indices()
-    counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
-    pos = torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
-    return pos, col.reshape(-1).long()
+class _Pattern(NamedTuple):
+    """Where F's stored entries sit, in the order of ``F.values()`` flattened:
+    ``row`` (item * n + row, as a flat row number), ``item_col`` (item * n + column),
+    and the entries on the diagonal (``diag``: their positions, ``diag_row``: their
+    flat rows).  Built once per distribution (the pattern of F is fixed)."""
+
+    row: torch.Tensor
+    item_col: torch.Tensor
+    diag: torch.Tensor
+    diag_row: torch.Tensor
+
+    @staticmethod
+    def of(F: torch.Tensor) -> "_Pattern":
+        n = F.shape[-1]
+        if F.layout == torch.sparse_coo:
+            idx = F.indices()
+            base = idx[0] * n if F.dim() == 3 else 0
+            row, item_col = base + idx[-2], base + idx[-1]
+        else:
+            crow, col = F.crow_indices(), F.col_indices()
+            counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
+            row = torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
+            item_col = col.long() + (torch.arange(col.shape[0], device=col.device).unsqueeze(1) * n
+                                     if F.dim() == 3 else 0)
+            item_col = item_col.reshape(-1)
+        diag = torch.nonzero(row == item_col).reshape(-1)
+        return _Pattern(row, item_col, diag, row[diag])
 
 
-def _factor_diagonal(F: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+def _factor_diagonal(F: torch.Tensor, values: torch.Tensor, pattern: _Pattern) -> torch.Tensor:
     """The stored diagonal of F (values ``values``) as (n,) or (B, n), zeros where
-    none is stored; O(nnz)."""
-    pos, col = _entries(F)
-    val = values.reshape(-1)
-    n = F.shape[-1]
-    on = (pos % n) == col if n else col.bool()
-    out = val.new_zeros(F.shape[:-1].numel())
-    return out.index_add(0, pos[on], val[on]).reshape(F.shape[:-1])
+    none is stored; O(n) once the pattern is known."""
+    d = values.reshape(-1)[pattern.diag]
+    rows = F.shape[:-1].numel()
+    if d.numel() == rows:               # every diagonal entry stored (distinct, in row order)
+        return d.reshape(F.shape[:-1])
+    return d.new_zeros(rows).index_add(0, pattern.diag_row, d).reshape(F.shape[:-1])
 
 
-def _row_square_sums(F: torch.Tensor, values: torch.Tensor, weight=None) -> torch.Tensor:
+def _row_square_sums(F: torch.Tensor, values: torch.Tensor, pattern: _Pattern, weight=None) -> torch.Tensor:
     """``sum_j F_ij^2 w_j`` for every row i, (n,) or (B, n); O(nnz).  ``weight``
     broadcasts against (B?, n) (the column weights)."""
-    pos, col = _entries(F)
-    n = F.shape[-1]
     sq = values.reshape(-1).square()
     if weight is not None:
-        w = weight.expand(F.shape[:-1]).reshape(-1)
-        sq = sq * w[pos - pos % n + col]                 # weight of (item, column)
-    return sq.new_zeros(F.shape[:-1].numel()).index_add(0, pos, sq).reshape(F.shape[:-1])
+        sq = sq * weight.expand(F.shape[:-1]).reshape(-1)[pattern.item_col]
+    return sq.new_zeros(F.shape[:-1].numel()).index_add(0, pattern.row, sq).reshape(F.shape[:-1])
 
 
 def _transposed_mv(F: torch.Tensor, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -139,10 +151,9 @@ def _check_factor(name: str, F, n: int, dtype) -> torch.Tensor:
     return F
 
 
-def _check_lower(name: str, F: torch.Tensor) -> None:
+def _check_lower(name: str, pattern: _Pattern) -> None:
     """O(nnz): no stored entry above the diagonal."""
-    pos, col = _entries(F.detach())
-    if bool((col > pos % F.shape[-1]).any()):
+    if bool((pattern.item_col > pattern.row).any()):
         raise ValueError(f"{name} must be lower triangular: it stores an entry above the diagonal")
 
 
@@ -227,7 +238,7 @@ class SparseMultivariateNormal(Distribution):
         shapes = [loc.shape[:-1], F.shape[:-2]] + ([diagonal.shape[:-1]] if diagonal is not None else [])
         super().__init__(torch.broadcast_shapes(*shapes), loc.shape[-1:], validate_args=validate_args)
         if self._validate_args:
-            _check_lower(name, F)
+            _check_lower(name, self._pattern)
             if diagonal is not None and not bool((diagonal > 0).all()):
                 raise ValueError("diagonal must be positive")
 
@@ -255,6 +266,10 @@ class SparseMultivariateNormal(Distribution):
     @property
     def _factor(self):
         return self._precision_tril if self._is_precision else self._scale_tril
+
+    @lazy_property
+    def _pattern(self) -> _Pattern:
+        return _Pattern.of(self._factor.detach())
 
     def _factor_parts(self):
         """(F, values): the factor rebuilt on its own ``values()`` and those values.
@@ -296,7 +311,7 @@ class SparseMultivariateNormal(Distribution):
         if self._diagonal is None:
             if F is None:
                 F, values = self._factor_parts()
-            half = _factor_diagonal(F, values).abs().log().sum(-1)
+            half = _factor_diagonal(F, values, self._pattern).abs().log().sum(-1)
         else:
             half = 0.5 * self._diagonal.log().sum(-1)
         return -half if self._is_precision else half
@@ -325,7 +340,8 @@ class SparseMultivariateNormal(Distribution):
     def variance(self):
         (F, values), D = self._factor_parts(), self._diagonal
         if not self._is_precision:
-            v = _row_square_sums(F, values) if D is None else D + _row_square_sums(F, values, D)
+            v = (_row_square_sums(F, values, self._pattern) if D is None
+                 else D + _row_square_sums(F, values, self._pattern, D))
         else:
             v = self._inverse_factor_column_norms(F)
         return v.expand(self._extended_shape())
