@@ -170,3 +170,23 @@ def test_errors():
     # LDL^T precision: the unit diagonal is implicit, a stored one is refused by the solve
     with pytest.raises(ValueError, match="unitriangular"):
         SparseMultivariateNormal(loc, torch.ones(3, dtype=torch.float64), precision_tril=L).rsample()
+
+
+def test_ldlt_covariance_with_a_stored_diagonal():
+    """As in the release, a diagonal stored in the LDL^T covariance factor adds to the unit one
+    (L = I + F) for sampling and moments; the solve of log_prob refuses it."""
+    torch.manual_seed(0)
+    F = rand_sparse_tri((5, 5), 9, upper=False, values_dtype=torch.float64, value_range=(-0.5, 0.5))
+    D = torch.rand(5, dtype=torch.float64) + 0.5
+    loc = torch.zeros(5, dtype=torch.float64)
+    dist = SparseMultivariateNormal(loc, D, scale_tril=F)
+    L = torch.eye(5, dtype=torch.float64) + F.to_dense()
+    S = L @ torch.diag(D) @ L.T
+    torch.testing.assert_close(dist.covariance_matrix, S)
+    torch.testing.assert_close(dist.variance, S.diagonal())
+    torch.manual_seed(2)
+    x = dist.rsample((3,))
+    torch.manual_seed(2)
+    torch.testing.assert_close(x, (torch.randn(3, 5, dtype=torch.float64) * D.sqrt()) @ L.T)
+    with pytest.raises(ValueError, match="unitriangular"):
+        dist.log_prob(x)

@@ -12,7 +12,10 @@ form                   factor                     matrix
 =====================  =========================  ==================================
 
 (LDL^T when ``diagonal`` -- the entries of ``D`` -- is given; ``F`` then holds
-the strictly lower part and the unit diagonal is implicit.)
+the strictly lower part and the unit diagonal is implicit.  As in the published
+release, a diagonal stored in such an ``F`` adds to the unit one where ``L``
+is only multiplied (sampling, moments of the covariance form); the solves with
+``L`` (``log_prob``, the precision forms) refuse it with a ValueError.)
 
 Every operation works on ``F``'s stored entries only: per sample, ``rsample``
 and ``log_prob`` cost one sparse product or one sparse triangular solve, O(nnz),
@@ -340,8 +343,11 @@ class SparseMultivariateNormal(Distribution):
     def variance(self):
         (F, values), D = self._factor_parts(), self._diagonal
         if not self._is_precision:
-            v = (_row_square_sums(F, values, self._pattern) if D is None
-                 else D + _row_square_sums(F, values, self._pattern, D))
+            if D is None:
+                v = _row_square_sums(F, values, self._pattern)
+            else:   # sum_j ((I + F)_ij)^2 D_j
+                v = (D * (1 + 2 * _factor_diagonal(F, values, self._pattern))
+                     + _row_square_sums(F, values, self._pattern, D))
         else:
             v = self._inverse_factor_column_norms(F)
         return v.expand(self._extended_shape())
