@@ -92,7 +92,7 @@ def test_log_prob_gradients_match_dense_autograd(form, param, layout):
     n = loc.shape[-1]
     Ld = Fd + (torch.eye(n, dtype=loc.dtype) if D is not None else 0)
     M = Ld @ ((D2.unsqueeze(-1) if D is not None else 1) * Ld.transpose(-1, -2))
-    ref = MultivariateNormal(loc2, covariance_matrix=M) if form == "cov" else MultivariateNormal(loc2, precision_matrix=M)
+    ref = MultivariateNormal(loc2, **{"covariance_matrix" if form == "cov" else "precision_matrix": M})
     ref.log_prob(x).sum().backward()
     torch.testing.assert_close(loc.grad, loc2.grad)
     if D is not None:
