@@ -63,6 +63,10 @@ def test_gradient_w_r_t_values(layout):
     values = torch.randn(len(enc.offsets), *shape, dtype=torch.float64, requires_grad=True)
     G = torch.randn(enc.volume_numel, enc.volume_numel, dtype=torch.float64)
     out = enc(values)
+    assert out.layout == layout
+    if layout == torch.sparse_coo:   # built through CSR when differentiable: the same tensor as without grad
+        assert out.is_coalesced() and torch.equal(out.indices(), enc.indices)
+        torch.testing.assert_close(out.values(), enc(values.detach()).values())
     (out.to_sparse_coo() * G).sum().backward() if layout == torch.sparse_csr else torch.sparse.sum(out * G).backward()
     vd = values.detach().clone().requires_grad_()
     (dense_reference(vd, enc.offsets, shape) * G).sum().backward()

@@ -215,8 +215,8 @@ class PairwiseEncoder(torch.nn.Module):
     ----------
     offsets : list of offset tuples, in the order of the ``N`` axis of ``values``.
     volume_numel, spatial_dims : ``V`` and ``len(S)``.
-    indices : ``(2, nnz)`` sorted, unique (row, column) pairs (COO layout).
-    crow_indices, col_indices : the CSR pattern (CSR layout).
+    crow_indices, col_indices : the CSR pattern.
+    indices : ``(2, nnz)`` sorted, unique (row, column) pairs (COO layout only).
     value_index : ``(nnz,)``, for each stored entry in output order, its flat
         position in ``values`` (``k * V + p``): a call is ``values.flatten()[value_index]``.
 
@@ -266,13 +266,12 @@ class PairwiseEncoder(torch.nn.Module):
 
         rows, cols, value_index = self._pattern(torch.device(device))
         self.register_buffer("value_index", value_index, persistent=False)
+        crow = torch.zeros(self.volume_numel + 1, dtype=torch.int64, device=rows.device)
+        crow[1:] = torch.bincount(rows, minlength=self.volume_numel).cumsum(0)
+        self.register_buffer("crow_indices", crow.to(indices_dtype), persistent=False)
+        self.register_buffer("col_indices", cols.to(indices_dtype), persistent=False)
         if layout == torch.sparse_coo:
             self.register_buffer("indices", torch.stack([rows, cols]), persistent=False)
-        else:
-            crow = torch.zeros(self.volume_numel + 1, dtype=torch.int64, device=rows.device)
-            crow[1:] = torch.bincount(rows, minlength=self.volume_numel).cumsum(0)
-            self.register_buffer("crow_indices", crow.to(indices_dtype), persistent=False)
-            self.register_buffer("col_indices", cols.to(indices_dtype), persistent=False)
 
     def _pattern(self, device: torch.device):
         """(rows, cols, value_index) of every stored entry, row-major with ascending
@@ -327,7 +326,7 @@ class PairwiseEncoder(torch.nn.Module):
         V = self.volume_numel
         vals = values.reshape(b, -1)[:, self.value_index]           # (b, nnz), in CSR order
         size = (b, V, V) if batched else (V, V)
-        if self.layout == torch.sparse_coo:
+        if self.layout == torch.sparse_coo and not vals.requires_grad:
             if batched:
                 nnz = self.indices.shape[1]
                 item = torch.arange(b, device=self.device).repeat_interleave(nnz)
@@ -340,4 +339,9 @@ class PairwiseEncoder(torch.nn.Module):
             crow, col = crow.repeat(b, 1), col.repeat(b, 1)
         else:
             vals = vals[0]
-        return sparse_csr_tensor(crow, col, vals, size)
+        csr = sparse_csr_tensor(crow, col, vals, size)
+        # A differentiable COO result goes through CSR: PyTorch's COO constructor
+        # differentiates into its values by masking (sorting) the incoming gradient,
+        # 7x the whole call at 10^6 entries; the CSR constructor's backward maps it
+        # straight onto the values.
+        return csr if self.layout == torch.sparse_csr else csr.to_sparse_coo()
