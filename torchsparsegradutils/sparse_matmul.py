@@ -1,12 +1,12 @@
 """sparse_mm: sparse A times dense B, with a gradient for A that stays sparse."""
 import torch
 
-from . import _differentiable, _kernels
-from ._csr import as_csr
-from ._validate import check_operands
+from . import _kernels, _ops
+from ._csr import SparseCSR, as_csr, load_operand, save_operand
+from ._validate import check_operands, eager_only
 
 
-def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     r"""Sparse @ dense, ``C = A @ B``, whose gradient w.r.t. ``A`` is sparse.
 
     A drop-in for :func:`torch.sparse.mm` with the contract of the published
@@ -15,7 +15,8 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     A : sparse COO or CSR tensor, shape ``(n, m)`` or batched ``(b, n, m)``
-        (COO with three sparse dimensions, or batched CSR), float32 or float64.
+        (COO with three sparse dimensions, or batched CSR), float32 or float64;
+        or a :class:`~torchsparsegradutils.SparseCSR` (what ``torch.compile`` traces).
     B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device.
 
     Returns
@@ -29,7 +30,16 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     positions ``(i, j)``.  Neither the dense ``G @ B^T`` (n x m) nor any
     nnz x p temporary is ever built.  For an uncoalesced COO ``A`` the gradient
     is returned on the coalesced pattern (a duplicated entry is one matrix
-    entry, and gets its derivative once).
+    entry, and gets its derivative once).  For a ``SparseCSR`` the gradient
+    goes to its ``values``.
+
+    Under ``torch.compile`` a ``SparseCSR`` operand is traced (the kernels are
+    custom operators); a torch sparse tensor breaks the graph there and runs eagerly.
+
+    >>> A = torch.tensor([[1.0, 0.0], [2.0, 3.0]]).to_sparse_csr().requires_grad_()
+    >>> sparse_mm(A, torch.ones(2, 2)).sum().backward()
+    >>> A.grad.values()
+    tensor([2., 2., 2.])
 
     Raises
     ------
@@ -41,10 +51,22 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     TypeError
         Values of a dtype other than float32/float64, or A and B of different dtypes.
     """
-    check_operands(A, B, "sparse_mm")
-    if A.size(-1) != B.size(-2):
-        raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-1)}] vs B[..., {B.size(-2)}]")
+    if not isinstance(A, SparseCSR):
+        return _sparse_mm_torch(A, B)
+    _check(A, B)
+    return _ops.spmm(A.view(), A.values, B)
+
+
+@eager_only
+def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    _check(A, B)
     return SparseMatMul.apply(A, B)
+
+
+def _check(A, B) -> None:
+    check_operands(A, B, "sparse_mm")
+    if A.shape[-1] != B.shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-1]}] vs B[..., {B.shape[-2]}]")
 
 
 class SparseMatMul(torch.autograd.Function):
@@ -52,32 +74,21 @@ class SparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B):
-        view = as_csr(A.detach())
+        view = as_csr(A.detach(), compress_rows=True)
         C = _kernels.spmm(view, B)
-        # An in-place edit of B, or of the tensor A's values came from, before
-        # backward must raise autograd's version-counter error, not give a
-        # silently wrong gradient.  B is saved itself.  A's values arrays are
-        # aliases that do not share a version counter with the tensor the user
-        # holds, so save that tensor (the guard) where it can be found; where it
-        # cannot, and grad_B needs the values, keep a private copy.
-        guard = _values_guard(A)
-        values = view.values
-        if guard is None and ctx.needs_input_grad[1] and _shares_storage(values, A):
-            values = values.clone()
-        ctx.view = view._replace(ptr=None, col=None, values=None)
-        ctx.save_for_backward(view.ptr, view.col, values, B, guard, A)
+        # grad_B = A^T G reads A's values; grad_A reads only the pattern
+        save_operand(ctx, A, view, ctx.needs_input_grad[1], B if ctx.needs_input_grad[0] else None)
         return C
 
     @staticmethod
     def backward(ctx, G):
-        ptr, col, values, B, _, A = ctx.saved_tensors
-        view = ctx.view._replace(ptr=ptr, col=col, values=values)
+        view, A, (B,) = load_operand(ctx)
         grad_A = grad_B = None
         if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
             if ctx.needs_input_grad[0]:
-                grad_A = view.grad_like(_differentiable.sddmm(view, G, B))
+                grad_A = view.grad_like(_ops.sddmm(view, G, B))
             if ctx.needs_input_grad[1]:
-                grad_B = _differentiable.spmm_t(view, _values_of(A, values), G)
+                grad_B = _ops.spmm_t(view, _values_of(A, view.values), G)
             return grad_A, grad_B
         if ctx.needs_input_grad[0]:
             grad_A = view.grad_like(_kernels.sddmm(view, G, B))
@@ -94,27 +105,3 @@ def _values_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     if A.layout == torch.sparse_coo:
         return A.coalesce().values()
     return A.values()
-
-
-def _values_guard(A: torch.Tensor):
-    """The tensor whose version counter moves when A's values are edited in place:
-    A itself when it has no history, the values given to our sparse_csr_tensor,
-    or the leaf values given to torch's constructors; None when unknown."""
-    if A.grad_fn is None:
-        return A
-    values = getattr(A, "_tsgu_values", None)          # set by sparse_csr_tensor
-    if values is not None:
-        return values
-    name = type(A.grad_fn).__name__
-    if name.startswith(("SparseCooTensorWithDimsAndTensorsBackward", "SparseCompressedTensorBackward")):
-        for fn, _ in A.grad_fn.next_functions:
-            leaf = getattr(fn, "variable", None)        # AccumulateGrad of a leaf values tensor
-            if leaf is not None:
-                return leaf
-    return None
-
-
-def _shares_storage(values: torch.Tensor, A: torch.Tensor) -> bool:
-    """Does values alias A's own values array (rather than a private coalesced copy)?"""
-    own = A._values() if A.layout == torch.sparse_coo else A.values()
-    return values.numel() > 0 and values.data_ptr() == own.data_ptr()
