@@ -16,13 +16,10 @@ PUBLIC_MODULES = ["torchsparsegradutils"] + sorted(
     m.name for m in pkgutil.walk_packages(torchsparsegradutils.__path__, "torchsparsegradutils.")
     if not any(part.startswith("_") for part in m.name.split(".")[1:]))
 
-# Modules whose examples are being written on other branches (sparse_mm / solves: the
-# lead; the iterative solvers: the solvers helper).  Strict: once they have examples,
-# the xfail turns into a failure that says to delete the entry here.
+# Modules whose examples are being written on another branch (the lead's).  Strict:
+# once they have examples, the xfail turns into a failure that says to delete the entry.
 AWAITING_EXAMPLES = {
-    "torchsparsegradutils.sparse_matmul", "torchsparsegradutils.sparse_solve", "torchsparsegradutils.sparse_lstsq",
-    "torchsparsegradutils.sparse_tensor", "torchsparsegradutils.utils.bicgstab",
-    "torchsparsegradutils.utils.linear_cg", "torchsparsegradutils.utils.lsmr", "torchsparsegradutils.utils.minres",
+    "torchsparsegradutils.sparse_solve", "torchsparsegradutils.sparse_lstsq", "torchsparsegradutils.sparse_tensor",
 }
 
 

@@ -42,7 +42,7 @@ from torch.distributions import constraints
 from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .. import _differentiable
+from .. import _ops
 from .._csr import as_csr
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
@@ -134,7 +134,7 @@ def _transposed_mv(F: torch.Tensor, values: torch.Tensor, x: torch.Tensor) -> to
     """``F^T x`` for every vector of x (as in :func:`_batch_sparse_mv`), differentiable
     w.r.t. F's ``values`` and x, without forming F^T."""
     view = as_csr(F.detach())
-    return _batch_sparse_mv(lambda A, Y: _differentiable.spmm_t(view, values, Y), F, x)
+    return _batch_sparse_mv(lambda A, Y: _ops.spmm_t(view, values, Y), F, x)
 
 
 def _check_factor(name: str, F, n: int, dtype) -> torch.Tensor:
