@@ -1,6 +1,6 @@
 """The kernels as torch.library custom operators (torchsparsegradutils._ops):
 torch.library.opcheck (schema, fake tensors, autograd registration, AOT dispatch
-with dynamic shapes) and second derivatives against dense autograd."""
+with dynamic shapes), values against dense, and second derivatives (gradgradcheck)."""
 import pytest
 import torch
 
@@ -68,3 +68,26 @@ def test_gradgradcheck(kind):
     assert torch.autograd.gradgradcheck(lambda a, X: _ops.spmm(view, a, X), (a, X))
     assert torch.autograd.gradgradcheck(lambda a, Y: _ops.spmm_t(view, a, Y), (a, Y))
     assert torch.autograd.gradgradcheck(lambda Y, X: _ops.sddmm(view, Y, X), (Y, X))
+
+
+def _triangular(batched: bool, layout: str):
+    gen = torch.Generator().manual_seed(5)
+    L = torch.randn(2, 6, 6, generator=gen, dtype=torch.float64).tril()
+    L = L * (torch.rand(2, 6, 6, generator=gen) < 0.5)
+    L = (L + 3 * torch.eye(6, dtype=torch.float64)) * torch.tril(torch.ones(6, 6, dtype=torch.float64))
+    L = L * (L != 0).all(0, keepdim=True) + 3 * torch.eye(6, dtype=torch.float64)  # one pattern, full diagonal
+    L = L if batched else L[0]
+    return L.to_sparse_csr() if layout == "csr" else L.to_sparse()
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("batched,layout", [(False, "csr"), (False, "coo"), (True, "csr"), (True, "coo")])
+def test_trisolve_op(batched, layout, transpose):
+    A = _triangular(batched, layout)
+    view = as_csr(A)
+    a = view.values.clone().requires_grad_()
+    B = torch.randn(*A.shape[:-1], 2, dtype=torch.float64, requires_grad=True)
+    torch.library.opcheck(torch.ops.tsgu.trisolve.default, (*_ops.op_args(view), a, B, False, False, transpose))
+    M = A.to_dense().transpose(-2, -1) if transpose else A.to_dense()
+    torch.testing.assert_close(_ops.trisolve(view, a, B, False, False, transpose), torch.linalg.solve(M, B))
+    assert torch.autograd.gradgradcheck(lambda a, B: _ops.trisolve(view, a, B, False, False, transpose), (a, B))

@@ -4,7 +4,7 @@ torch.compile(fullgraph=True) of a two-layer GCN that takes it."""
 import pytest
 import torch
 
-from torchsparsegradutils import SparseCSR, sparse_mm
+from torchsparsegradutils import SparseCSR, sparse_mm, sparse_triangular_solve
 
 
 def _dense(batch, n=6, m=5, seed=0):
@@ -74,6 +74,28 @@ def test_malformed_components_raise():
         sparse_mm(S, torch.ones(3, 1))
     with pytest.raises(ValueError, match="Incompatible inner dimensions"):
         sparse_mm(S._replace(col_indices=torch.tensor([0, 1])), torch.ones(4, 1))
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triangular_solve_on_components(transpose):
+    gen = torch.Generator().manual_seed(2)
+    L = (torch.randn(5, 5, generator=gen, dtype=torch.float64) * (torch.rand(5, 5, generator=gen) < 0.5)).tril()
+    L += 4 * torch.eye(5, dtype=torch.float64)
+    S = SparseCSR.from_torch(L.to_sparse_csr())
+    w = S.values.clone().requires_grad_()
+    B = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    X = sparse_triangular_solve(S._replace(values=w), B, upper=False, transpose=transpose)
+    Ld = L.clone().requires_grad_()
+    Bd = B.detach().clone().requires_grad_()
+    Xd = torch.linalg.solve_triangular(Ld.t() if transpose else Ld, Bd, upper=transpose)
+    torch.testing.assert_close(X, Xd)
+    G = torch.randn(5, 2, dtype=torch.float64)
+    X.backward(G)
+    Xd.backward(G)
+    torch.testing.assert_close(w.grad, Ld.grad[L != 0])
+    torch.testing.assert_close(B.grad, Bd.grad)
+    with pytest.raises(ValueError, match="triangular"):
+        sparse_triangular_solve(S, B, upper=True)
 
 
 class _GCN(torch.nn.Module):

@@ -6,10 +6,12 @@ values `a` (one entry per stored position):
     tsgu::spmm(a, X)   = S(a) X
     tsgu::spmm_t(a, Y) = S(a)^T Y
     tsgu::sddmm(U, V)  = (dot(U[i,:], V[j,:]) at every stored (i, j))
+    tsgu::trisolve(a, B) = M^{-1} B,  M = S(a) triangular (or S(a)^T with transpose)
 Each one's backward is made of the others,
-    spmm:   da = sddmm(G, X),   dX = spmm_t(a, G)
-    spmm_t: da = sddmm(Y, G),   dY = spmm(a, G)
-    sddmm:  dU = spmm(g, V),    dV = spmm_t(g, U)
+    spmm:     da = sddmm(G, X),   dX = spmm_t(a, G)
+    spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
+    sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
+    trisolve: dB = trisolve^T(a, G),   da = -sddmm(dB, X) (of M's entries: S's, transposed)
 so a backward run with create_graph=True records a graph of the same sparse
 kernels (second derivatives never densify), and torch.compile traces them as
 single nodes with the shapes their fake implementations give.  They take only
@@ -21,7 +23,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from . import _kernels
+from . import _kernels, _solve_kernels
 from ._csr import CSRView, plain
 
 
@@ -56,6 +58,17 @@ def _spmm_t(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], 
 @torch.library.custom_op("tsgu::sddmm", mutates_args=())
 def _sddmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], U: Tensor, V: Tensor) -> Tensor:
     return _kernels.sddmm(view_of(ptr, col, None, rows, shape), U, V)
+
+
+@torch.library.custom_op("tsgu::trisolve", mutates_args=())
+def _trisolve(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, B: Tensor,
+              upper: bool, unitriangular: bool, transpose: bool) -> Tensor:
+    return _solve_kernels.trisolve(view_of(ptr, col, a, rows, shape), B, upper, unitriangular, transpose)
+
+
+@_trisolve.register_fake
+def _(ptr, col, rows, shape, a, B, upper, unitriangular, transpose):
+    return torch.empty_like(B)
 
 
 @_spmm.register_fake
@@ -103,6 +116,30 @@ def _sddmm_backward(ctx, gg):
     return None, None, None, None, dU, dV
 
 
+def trisolve_backward(pattern, a: Tensor, X: Tensor, G: Tensor, flags, need_a: bool):
+    """(da, dB) of X = trisolve(a, B) for dL/dX = G; M = A (or A^T): dB = M^{-T} G and
+    dM = -dB X^T at the pattern (entry (i, j) of A is entry (j, i) of A^T)."""
+    upper, unitriangular, transpose = flags
+    dB = _trisolve(*pattern, a, G, upper, unitriangular, not transpose)
+    da = None
+    if need_a:
+        da = -(_sddmm(*pattern, X, dB) if transpose else _sddmm(*pattern, dB, X))
+    return da, dB
+
+
+def _trisolve_setup(ctx, inputs, output):
+    ptr, col, rows, shape, a, _, *flags = inputs
+    ctx.shape, ctx.flags = shape, flags
+    ctx.save_for_backward(ptr, col, rows, a, output)
+
+
+def _trisolve_autograd(ctx, G):
+    ptr, col, rows, a, X = ctx.saved_tensors
+    da, dB = trisolve_backward((ptr, col, rows, ctx.shape), a, X, G, ctx.flags, ctx.needs_input_grad[4])
+    return None, None, None, None, da, dB if ctx.needs_input_grad[5] else None, None, None, None
+
+
+_trisolve.register_autograd(_trisolve_autograd, setup_context=_trisolve_setup)
 _spmm.register_autograd(_spmm_backward, setup_context=_setup)
 _spmm_t.register_autograd(_spmm_t_backward, setup_context=_setup)
 _sddmm.register_autograd(_sddmm_backward, setup_context=_setup)
@@ -116,6 +153,11 @@ def spmm(view: CSRView, a: Tensor, X: Tensor) -> Tensor:
 def spmm_t(view: CSRView, a: Tensor, Y: Tensor) -> Tensor:
     """S(a)^T Y on view's pattern, differentiable in a and Y."""
     return _spmm_t(*op_args(view), a, Y)
+
+
+def trisolve(view: CSRView, a: Tensor, B: Tensor, upper: bool, unitriangular: bool, transpose: bool) -> Tensor:
+    """M^{-1} B for M = S(a) triangular (S(a)^T with transpose), differentiable in a and B."""
+    return _trisolve(*op_args(view), a, B, upper, unitriangular, transpose)
 
 
 def sddmm(view: CSRView, U: Tensor, V: Tensor) -> Tensor:
