@@ -16,15 +16,9 @@ PUBLIC_MODULES = ["torchsparsegradutils"] + sorted(
     m.name for m in pkgutil.walk_packages(torchsparsegradutils.__path__, "torchsparsegradutils.")
     if not any(part.startswith("_") for part in m.name.split(".")[1:]))
 
-# Modules whose examples are being written on another branch (the lead's).  Strict:
-# once they have examples, the xfail turns into a failure that says to delete the entry.
-AWAITING_EXAMPLES = {
-    "torchsparsegradutils.sparse_lstsq", "torchsparsegradutils.sparse_tensor",
-}
 
 
-@pytest.mark.parametrize("name", [pytest.param(m, marks=pytest.mark.xfail(
-    strict=True, reason="no examples yet")) if m in AWAITING_EXAMPLES else m for m in PUBLIC_MODULES])
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
 def test_docstring_examples(name):
     module = importlib.import_module(name)
     with warnings.catch_warnings():

@@ -48,6 +48,11 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
         rows; different devices.
     TypeError
         A not COO/CSR, B not strided, values not float32/float64 or of different dtypes.
+
+    >>> A = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], dtype=torch.float64).to_sparse()
+    >>> x = sparse_generic_lstsq(A, torch.tensor([1.0, 2.0, 2.0], dtype=torch.float64))
+    >>> torch.allclose(x, torch.tensor([1.0, 1.0], dtype=torch.float64))
+    True
     """
     check_system(A, B, "sparse_generic_lstsq", lambda s: s[0] >= s[1],
                  "A should be a tall full-rank matrix (rows >= columns)")

@@ -1,4 +1,4 @@
-"""Sparse neighbourhood matrices over the sites of a (C, *S) volume: :class:`PairwiseEncoder`.
+"""Sparse neighbourhood matrices over the sites of a ``(C, *S)`` volume: :class:`PairwiseEncoder`.
 
 The release's older names stay importable from here: ``PairwiseVoxelEncoder``
 (warns when instantiated), ``calc_pairwise_coo_indices`` and its misspelling
