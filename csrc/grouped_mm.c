@@ -1,0 +1,118 @@
+#ifndef TSGU_IN_TEMPLATE
+/* grouped_mm.c: one small product per group of rows (gather_mm, segment_mm and
+ * their gradient w.r.t. a)
+ *     C[i,:] = A[i,:] @ M[r]      for every row i of group r
+ * with A (n, K), M (R, K, P), C (n, P) and the groups of tsgu_groups.  Rows are
+ * taken TSGU_MR at a time from one group, so each row of M[r] loaded feeds
+ * TSGU_MR rows; a block short of TSGU_MR rows repeats its last row (computed
+ * twice, written twice with the same bits).  Every row is thus computed by the
+ * same instructions in k order wherever a thread boundary falls: the bits do
+ * not depend on the thread count.  Threads take equal runs of the row order. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast") /* a*b+c as one FMA where the instruction set has it */
+#endif
+#include "tsgu.h"
+
+typedef struct {
+    const tsgu_groups *g;
+    const tsgu_dense *A, *M;
+    tsgu_dense *C;
+    int64_t T;
+} grouped_mm_ctx;
+
+#define TSGU_MR 6                  /* rows of C per tile */
+#define TSGU_NR_BYTES 64           /* columns of C per tile: 64 bytes, two AVX2 registers */
+#define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
+
+#define TSGU_TEMPLATE_FILE "grouped_mm.c"
+#include "tsgu_template.h"
+
+int tsgu_grouped_mm(const tsgu_groups *g, const tsgu_dense *A, const tsgu_dense *M, tsgu_dense *C,
+                    int nthreads)
+{
+    int status = tsgu_groups_check(g, A->rows);
+    if (status) return status;
+    int64_t T = nthreads < 1 ? 1 : nthreads, work = A->rows * M->rows * M->cols;
+    if (T > TSGU_MAX_THREADS) T = TSGU_MAX_THREADS;
+    if (T > work / TSGU_MIN_WORK) T = work / TSGU_MIN_WORK;
+    if (T < 1) T = 1;
+    grouped_mm_ctx x = {g, A, M, C, T};
+    return tsgu_parallel_tasks(T, TSGU_PICK(grouped_mm_task, A->rtype, TSGU_I64), &x);
+}
+
+#else /* template body: real_t, TSGU_FN (idx_t unused: groups are int64) */
+
+#define TSGU_NR (TSGU_NR_BYTES / (int64_t)sizeof(real_t))
+
+/* c[m][0:w] = a[m][0:K] @ Mr[0:K, 0:w] for the TSGU_MR rows m; inlined with w
+ * constant for full tiles, so the accumulator lives in registers */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(mm_tile)(const real_t *const *a, const real_t *Mr,
+                                                       int64_t ldm, int64_t K, real_t *const *c,
+                                                       const int64_t w)
+{
+    real_t acc[TSGU_MR][TSGU_NR];
+    for (int m = 0; m < TSGU_MR; m++)
+        for (int64_t t = 0; t < w; t++) acc[m][t] = 0;
+    for (int64_t k = 0; k < K; k++) {
+        const real_t *restrict mk = Mr + k * ldm;
+        for (int m = 0; m < TSGU_MR; m++) {
+            const real_t av = a[m][k];
+            for (int64_t t = 0; t < w; t++) acc[m][t] += av * mk[t];   /* acc += A[i,k] * M[k,:] */
+        }
+    }
+    for (int m = 0; m < TSGU_MR; m++)
+        for (int64_t t = 0; t < w; t++) c[m][t] = acc[m][t];
+}
+
+/* positions [q0, q1) of the row order */
+TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_range)(const grouped_mm_ctx *x, int64_t q0, int64_t q1)
+{
+    const int64_t *off = x->g->off, *perm = x->g->perm;
+    const real_t *Ax = x->A->data, *Mx = x->M->data;
+    real_t *Cx = x->C->data;
+    int64_t n = x->A->rows, K = x->M->rows, P = x->M->cols;
+    int64_t lda = x->A->rstride, ldm = x->M->rstride, ldc = x->C->rstride;
+    int64_t lo = 0, hi = x->g->ngroups;          /* r: the last group starting at or before q0 */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (off[mid] <= q0) lo = mid;
+        else hi = mid - 1;
+    }
+    for (int64_t r = lo, qstart = q0; qstart < q1; r++) {
+        int64_t qend = off[r + 1] < q1 ? off[r + 1] : q1;
+        const real_t *Mr = Mx + r * x->M->bstride;
+        for (int64_t q = qstart; q < qend; q += TSGU_MR) {
+            const real_t *a[TSGU_MR];
+            real_t *c[TSGU_MR];
+            for (int m = 0; m < TSGU_MR; m++) {
+                int64_t qm = q + m < qend ? q + m : qend - 1, i = perm ? perm[qm] : qm;
+                if (i < 0 || i >= n) return TSGU_EGROUP;
+                a[m] = Ax + i * lda;
+                c[m] = Cx + i * ldc;
+            }
+            int64_t t0 = 0;
+            for (; t0 + TSGU_NR <= P; t0 += TSGU_NR) {
+                real_t *ct[TSGU_MR];
+                for (int m = 0; m < TSGU_MR; m++) ct[m] = c[m] + t0;
+                TSGU_FN(mm_tile)(a, Mr + t0, ldm, K, ct, TSGU_NR);
+            }
+            if (t0 < P) {
+                real_t *ct[TSGU_MR];
+                for (int m = 0; m < TSGU_MR; m++) ct[m] = c[m] + t0;
+                TSGU_FN(mm_tile)(a, Mr + t0, ldm, K, ct, P - t0);
+            }
+        }
+        if (qend > qstart) qstart = qend;
+    }
+    return TSGU_OK;
+}
+
+TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_task)(void *vctx, int64_t t)
+{
+    const grouped_mm_ctx *x = vctx;
+    int64_t n = x->A->rows;
+    return TSGU_FN(grouped_mm_range)(x, n * t / x->T, n * (t + 1) / x->T);
+}
+
+#undef TSGU_NR
+#endif
