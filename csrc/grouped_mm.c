@@ -20,8 +20,13 @@ typedef struct {
     int64_t T;
 } grouped_mm_ctx;
 
+#if defined(__GNUC__) && !defined(__clang__)
+#define TSGU_UNROLL _Pragma("GCC unroll 16") /* the tile's rows in registers, not in a loop */
+#else
+#define TSGU_UNROLL
+#endif
 #define TSGU_MR 6                  /* rows of C per tile */
-#define TSGU_NR_BYTES 64           /* columns of C per tile: 64 bytes, two AVX2 registers */
+#define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
 #define TSGU_TEMPLATE_FILE "grouped_mm.c"
@@ -42,26 +47,42 @@ int tsgu_grouped_mm(const tsgu_groups *g, const tsgu_dense *A, const tsgu_dense 
 
 #else /* template body: real_t, TSGU_FN (idx_t unused: groups are int64) */
 
-#define TSGU_NR (TSGU_NR_BYTES / (int64_t)sizeof(real_t))
+#define TSGU_NV (TSGU_VEC_BYTES / (int64_t)sizeof(real_t)) /* values per vector */
+#define TSGU_NR (2 * TSGU_NV)                                /* columns per tile: two vectors */
+typedef real_t TSGU_FN(vec) __attribute__((vector_size(TSGU_VEC_BYTES), aligned(sizeof(real_t)), may_alias));
 
-/* c[m][0:w] = a[m][0:K] @ Mr[0:K, 0:w] for the TSGU_MR rows m; inlined with w
- * constant for full tiles, so the accumulator lives in registers */
+/* c[m][0:NR] = a[m][0:K] @ Mr[0:K, 0:NR] for the TSGU_MR rows m: the accumulator
+ * is TSGU_MR x 2 vectors, in registers */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(mm_tile)(const real_t *const *a, const real_t *Mr,
-                                                       int64_t ldm, int64_t K, real_t *const *c,
-                                                       const int64_t w)
+                                                       int64_t ldm, int64_t K, real_t *const *c)
 {
-    real_t acc[TSGU_MR][TSGU_NR];
-    for (int m = 0; m < TSGU_MR; m++)
-        for (int64_t t = 0; t < w; t++) acc[m][t] = 0;
+    typedef TSGU_FN(vec) vec;
+    vec acc[TSGU_MR][2];
+    TSGU_UNROLL for (int m = 0; m < TSGU_MR; m++) acc[m][0] = acc[m][1] = (vec){0};
     for (int64_t k = 0; k < K; k++) {
-        const real_t *restrict mk = Mr + k * ldm;
-        for (int m = 0; m < TSGU_MR; m++) {
+        const vec m0 = *(const vec *)(Mr + k * ldm), m1 = *(const vec *)(Mr + k * ldm + TSGU_NV);
+        TSGU_UNROLL for (int m = 0; m < TSGU_MR; m++) {
             const real_t av = a[m][k];
-            for (int64_t t = 0; t < w; t++) acc[m][t] += av * mk[t];   /* acc += A[i,k] * M[k,:] */
+            acc[m][0] += av * m0;                                   /* acc += A[i,k] * M[k,:] */
+            acc[m][1] += av * m1;
         }
     }
+    TSGU_UNROLL for (int m = 0; m < TSGU_MR; m++) {
+        *(vec *)c[m] = acc[m][0];
+        *(vec *)(c[m] + TSGU_NV) = acc[m][1];
+    }
+}
+
+/* the same for the last w < NR columns, one row at a time */
+TSGU_ISA_ATTR static void TSGU_FN(mm_tail)(const real_t *const *a, const real_t *Mr, int64_t ldm,
+                                           int64_t K, real_t *const *c, int64_t w)
+{
     for (int m = 0; m < TSGU_MR; m++)
-        for (int64_t t = 0; t < w; t++) c[m][t] = acc[m][t];
+        for (int64_t t = 0; t < w; t++) {
+            real_t s = 0;
+            for (int64_t k = 0; k < K; k++) s += a[m][k] * Mr[k * ldm + t];
+            c[m][t] = s;
+        }
 }
 
 /* positions [q0, q1) of the row order */
@@ -90,16 +111,11 @@ TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_range)(const grouped_mm_ctx *x, int6
                 a[m] = Ax + i * lda;
                 c[m] = Cx + i * ldc;
             }
-            int64_t t0 = 0;
-            for (; t0 + TSGU_NR <= P; t0 += TSGU_NR) {
+            for (int64_t t0 = 0; t0 < P; t0 += TSGU_NR) {
                 real_t *ct[TSGU_MR];
                 for (int m = 0; m < TSGU_MR; m++) ct[m] = c[m] + t0;
-                TSGU_FN(mm_tile)(a, Mr + t0, ldm, K, ct, TSGU_NR);
-            }
-            if (t0 < P) {
-                real_t *ct[TSGU_MR];
-                for (int m = 0; m < TSGU_MR; m++) ct[m] = c[m] + t0;
-                TSGU_FN(mm_tile)(a, Mr + t0, ldm, K, ct, P - t0);
+                if (t0 + TSGU_NR <= P) TSGU_FN(mm_tile)(a, Mr + t0, ldm, K, ct);
+                else TSGU_FN(mm_tail)(a, Mr + t0, ldm, K, ct, P - t0);
             }
         }
         if (qend > qstart) qstart = qend;
@@ -115,4 +131,5 @@ TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_task)(void *vctx, int64_t t)
 }
 
 #undef TSGU_NR
+#undef TSGU_NV
 #endif

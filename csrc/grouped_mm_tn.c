@@ -20,8 +20,13 @@ typedef struct {
     int64_t total;     /* cost of all tasks */
 } grouped_mm_tn_ctx;
 
+#if defined(__GNUC__) && !defined(__clang__)
+#define TSGU_UNROLL _Pragma("GCC unroll 16") /* the tile's rows in registers, not in a loop */
+#else
+#define TSGU_UNROLL
+#endif
 #define TSGU_MR 6                  /* rows of out[r] per tile */
-#define TSGU_NR_BYTES 64           /* columns of out[r] per tile */
+#define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
 #define TSGU_CHUNK 128             /* rows of the group per pass over a task's tiles */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
@@ -66,26 +71,47 @@ int tsgu_grouped_mm_tn(const tsgu_groups *g, const tsgu_dense *A, const tsgu_den
 
 #else /* template body: real_t, TSGU_FN (idx_t unused: groups are int64) */
 
-#define TSGU_NR (TSGU_NR_BYTES / (int64_t)sizeof(real_t))
+#define TSGU_NV (TSGU_VEC_BYTES / (int64_t)sizeof(real_t)) /* values per vector */
+#define TSGU_NR (2 * TSGU_NV)                                /* columns per tile: two vectors */
+typedef real_t TSGU_FN(vec) __attribute__((vector_size(TSGU_VEC_BYTES), aligned(sizeof(real_t)), may_alias));
 
-/* o[m][0:w] += sum_q a[q][kk[m]] * g[q][0:w] over the cnt rows q of a chunk;
- * inlined with w constant for full tiles */
+/* o[m][0:NR] += sum_q a[q][kk[m]] * g[q][t0:t0+NR] over the cnt rows q of a
+ * chunk, in q order: the accumulator is TSGU_MR x 2 vectors, in registers */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(tn_tile)(const real_t *const *a, const real_t *const *g,
                                                        int64_t cnt, const int64_t *kk, int64_t t0,
-                                                       real_t *const *o, const int64_t w)
+                                                       real_t *const *o)
 {
-    real_t acc[TSGU_MR][TSGU_NR];
-    for (int m = 0; m < TSGU_MR; m++)
-        for (int64_t t = 0; t < w; t++) acc[m][t] = o[m][t];
+    typedef TSGU_FN(vec) vec;
+    vec acc[TSGU_MR][2];
+    TSGU_UNROLL for (int m = 0; m < TSGU_MR; m++) {
+        acc[m][0] = *(const vec *)o[m];
+        acc[m][1] = *(const vec *)(o[m] + TSGU_NV);
+    }
     for (int64_t q = 0; q < cnt; q++) {
-        const real_t *restrict gq = g[q] + t0;
-        for (int m = 0; m < TSGU_MR; m++) {
+        const vec g0 = *(const vec *)(g[q] + t0), g1 = *(const vec *)(g[q] + t0 + TSGU_NV);
+        TSGU_UNROLL for (int m = 0; m < TSGU_MR; m++) {
             const real_t av = a[q][kk[m]];
-            for (int64_t t = 0; t < w; t++) acc[m][t] += av * gq[t];   /* += A[i,k] * G[i,:] */
+            acc[m][0] += av * g0;                                   /* += A[i,k] * G[i,:] */
+            acc[m][1] += av * g1;
         }
     }
-    for (int m = 0; m < TSGU_MR; m++)
-        for (int64_t t = 0; t < w; t++) o[m][t] = acc[m][t];
+    TSGU_UNROLL for (int m = 0; m < TSGU_MR; m++) {
+        *(vec *)o[m] = acc[m][0];
+        *(vec *)(o[m] + TSGU_NV) = acc[m][1];
+    }
+}
+
+/* the same for the last w < NR columns, element by element in the same q order;
+ * a repeated row (the end of a short tile) is added into once */
+TSGU_ISA_ATTR static void TSGU_FN(tn_tail)(const real_t *const *a, const real_t *const *g, int64_t cnt,
+                                           const int64_t *kk, int64_t t0, real_t *const *o, int64_t w)
+{
+    for (int m = 0; m < TSGU_MR && (m == 0 || kk[m] != kk[m - 1]); m++)
+        for (int64_t t = 0; t < w; t++) {
+            real_t s = o[m][t];
+            for (int64_t q = 0; q < cnt; q++) s += a[q][kk[m]] * g[q][t0 + t];
+            o[m][t] = s;
+        }
 }
 
 /* rows [k0, k1) of out[r] */
@@ -114,16 +140,11 @@ TSGU_ISA_ATTR static int TSGU_FN(tn_task)(const grouped_mm_tn_ctx *x, int64_t r,
                 kk[m] = kb + m < k1 ? kb + m : k1 - 1;
                 o[m] = Or + kk[m] * ldo;
             }
-            int64_t t0 = 0;
-            for (; t0 + TSGU_NR <= P; t0 += TSGU_NR) {
+            for (int64_t t0 = 0; t0 < P; t0 += TSGU_NR) {
                 real_t *ot[TSGU_MR];
                 for (int m = 0; m < TSGU_MR; m++) ot[m] = o[m] + t0;
-                TSGU_FN(tn_tile)(a, g, cnt, kk, t0, ot, TSGU_NR);
-            }
-            if (t0 < P) {
-                real_t *ot[TSGU_MR];
-                for (int m = 0; m < TSGU_MR; m++) ot[m] = o[m] + t0;
-                TSGU_FN(tn_tile)(a, g, cnt, kk, t0, ot, P - t0);
+                if (t0 + TSGU_NR <= P) TSGU_FN(tn_tile)(a, g, cnt, kk, t0, ot);
+                else TSGU_FN(tn_tail)(a, g, cnt, kk, t0, ot, P - t0);
             }
         }
     }
@@ -152,4 +173,5 @@ TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_tn_task)(void *vctx, int64_t t)
 }
 
 #undef TSGU_NR
+#undef TSGU_NV
 #endif
