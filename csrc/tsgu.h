@@ -189,7 +189,7 @@ static inline double tsgu_lse_shift(double vmax, int64_t nz)
 }
 static inline double tsgu_lse_finish(double shift, double s, int64_t nz)
 {
-    return shift + log(s + (double)nz * exp(-shift));
+    return shift + log(nz > 0 ? s + (double)nz * exp(-shift) : s);  /* no 0 * inf */
 }
 
 /* status of a grouping of `rows` rows: its offsets must run from 0 to rows

@@ -287,5 +287,5 @@ def _torch_lse(values: Tensor, group: Tensor, ngroups: int, full) -> Tensor:
     shift = torch.where(shift.isfinite(), shift, torch.zeros_like(shift))
     s = torch.zeros_like(shift).scatter_add_(0, group, (values - shift[group]).exp())
     if zeros is not None:
-        s = s + zeros * (-shift).exp()
+        s = s + torch.where(zeros > 0, zeros * (-shift).exp(), torch.zeros_like(s))   # no 0 * inf
     return shift + s.log()
