@@ -6,9 +6,8 @@
  *     tperm[t]: its position e in A's entry arrays, so A^T's value is val[tperm[t]]
  * Threads take contiguous row chunks of A.  Pass 1 counts each chunk's entries
  * per column; the offsets then give chunk t's entries of a column the slots
- * after chunk t-1's; pass 2 places them.  The order equals the serial sort's:
- * rows of A^T list their entries by increasing i, so spmm on it sums in a fixed
- * order: grad_B = A^T*G without atomics and independent of the thread count. */
+ * after chunk t-1's; pass 2 places them.  The order equals the serial sort's
+ * (rows of A^T list their entries by increasing i), whatever the thread count. */
 #include <stdlib.h>
 #include "tsgu.h"
 
@@ -20,6 +19,7 @@ typedef struct {
     int64_t T;
 } transpose_ctx;
 
+#define TSGU_INDEX_ONLY 1
 #define TSGU_TEMPLATE_FILE "csr_transpose.c"
 #include "tsgu_template.h"
 
@@ -34,24 +34,18 @@ int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, i
     int64_t *cnt = calloc((size_t)(T * R + 1), sizeof *cnt);
     if (!cnt) return TSGU_ENOMEM;
     transpose_ctx x = {A, tptr, trow, tperm, cnt, bounds, T};
-    int status = tsgu_parallel_tasks(T, TSGU_PICK(transpose_count, TSGU_F32, A->itype), &x);
+    int status = tsgu_parallel_tasks(T, TSGU_PICK_INDEX(transpose_count, A->itype), &x);
     if (status == TSGU_OK) {
-        TSGU_PICK(transpose_offsets, TSGU_F32, A->itype)(&x);
-        status = tsgu_parallel_tasks(T, TSGU_PICK(transpose_place, TSGU_F32, A->itype), &x);
+        TSGU_PICK_INDEX(transpose_offsets, A->itype)(&x);
+        status = tsgu_parallel_tasks(T, TSGU_PICK_INDEX(transpose_place, A->itype), &x);
     }
     free(cnt);
     return status;
 }
 
-#else /* template body: idx_t and TSGU_FN (real_t unused: the f64 variants go unused) */
+#else /* template body: idx_t and TSGU_FN (real_t unused) */
 
 #include "tsgu_rows.h"
-
-#if defined(__GNUC__)
-#define TSGU_MAYBE_UNUSED __attribute__((unused))
-#else
-#define TSGU_MAYBE_UNUSED
-#endif
 
 /* walk chunk t's rows, checking the structure; count (place = 0) or place entries */
 static int TSGU_FN(transpose_walk)(const transpose_ctx *x, int64_t t, int place)
@@ -81,18 +75,18 @@ static int TSGU_FN(transpose_walk)(const transpose_ctx *x, int64_t t, int place)
     return TSGU_OK;
 }
 
-TSGU_MAYBE_UNUSED static int TSGU_FN(transpose_count)(void *x, int64_t t)
+static int TSGU_FN(transpose_count)(void *x, int64_t t)
 {
     return TSGU_FN(transpose_walk)(x, t, 0);
 }
 
-TSGU_MAYBE_UNUSED static int TSGU_FN(transpose_place)(void *x, int64_t t)
+static int TSGU_FN(transpose_place)(void *x, int64_t t)
 {
     return TSGU_FN(transpose_walk)(x, t, 1);
 }
 
 /* counts -> slots: column key's entries start at tptr[key], chunk by chunk */
-TSGU_MAYBE_UNUSED static void TSGU_FN(transpose_offsets)(const transpose_ctx *x)
+static void TSGU_FN(transpose_offsets)(const transpose_ctx *x)
 {
     idx_t *Tp = x->tptr;
     int64_t R = x->A->batch * x->A->ncols, pos = 0;
@@ -107,5 +101,4 @@ TSGU_MAYBE_UNUSED static void TSGU_FN(transpose_offsets)(const transpose_ctx *x)
     Tp[R] = (idx_t)pos;
 }
 
-#undef TSGU_MAYBE_UNUSED
 #endif

@@ -37,7 +37,7 @@ typedef struct DLManagedTensor {
 } DLManagedTensor;
 enum { kDLCPU = 1, kDLInt = 0, kDLFloat = 2 };
 
-/* ---- tensors held for the length of one call ---- */
+/* ---- the tensors of one call, held from intake to the single exit ---- */
 typedef struct {
     const char *name;     /* argument name, for messages */
     PyObject *capsule;
@@ -46,9 +46,20 @@ typedef struct {
 
 #define MAX_HELD 8
 
-/* take obj's DLPack capsule; on failure set an exception and return -1 */
-static int take(PyObject *obj, const char *name, held *h)
+typedef struct {
+    held t[MAX_HELD];
+    int count;            /* how many of t[] to give back */
+} call;
+
+/* take obj's DLPack capsule into the next slot of c; on failure set an
+ * exception and return -1 (what was taken is given back by finish) */
+static int take(call *c, PyObject *obj, const char *name)
 {
+    if (c->count == MAX_HELD) {
+        PyErr_SetString(PyExc_RuntimeError, "internal error: too many tensors in one call");
+        return -1;
+    }
+    held *h = &c->t[c->count++];
     h->name = name;
     h->capsule = PyObject_CallMethod(obj, "__dlpack__", NULL);
     if (!h->capsule) return -1;
@@ -65,14 +76,28 @@ static int take(PyObject *obj, const char *name, held *h)
     return 0;
 }
 
-static void release(held *h, int count)
+/* take objs[0..count) named names[0..count) */
+static int take_all(call *c, PyObject *const *objs, const char *const *names, int count)
 {
-    for (int i = 0; i < count; i++) {
-        if (h[i].mt && h[i].mt->deleter) h[i].mt->deleter(h[i].mt);
-        Py_XDECREF(h[i].capsule);
-        h[i].mt = NULL;
-        h[i].capsule = NULL;
+    for (int i = 0; i < count; i++)
+        if (take(c, objs[i], names[i])) return -1;
+    return 0;
+}
+
+static int raise_status(int status);
+
+/* the single exit of every entry point: give every tensor back, then return
+ * None, or NULL with an exception (status < 0: already set; > 0: a kernel's) */
+static PyObject *finish(call *c, int status)
+{
+    for (int i = 0; i < c->count; i++) {
+        held *h = &c->t[i];
+        if (h->mt && h->mt->deleter) h->mt->deleter(h->mt);
+        Py_XDECREF(h->capsule);
     }
+    c->count = 0;
+    if (status < 0 || raise_status(status)) return NULL;
+    Py_RETURN_NONE;
 }
 
 static const DLTensor *dl(const held *h) { return &h->mt->dl_tensor; }
@@ -129,6 +154,18 @@ static int need_contiguous(const held *h)
     if (is_contiguous(dl(h))) return 0;
     PyErr_Format(PyExc_ValueError, "%s must be contiguous", h->name);
     return -1;
+}
+
+/* *R = batch * n, the rows of a batch (batch, n >= 0); -1 with a ValueError when
+ * R + 1 row pointers cannot be counted in int64 */
+static int rows_overflow(int64_t batch, int64_t n, int64_t *R)
+{
+    if (n > 0 && batch > (INT64_MAX - 1) / n) {
+        PyErr_SetString(PyExc_ValueError, "matrix sizes too large: batch * rows + 1 overflows int64");
+        return -1;
+    }
+    *R = batch * n;
+    return 0;
 }
 
 /* status code -> exception; returns -1 when one was set */
@@ -202,6 +239,8 @@ static int make_csr(const held *ptr, const held *col, const held *val, int64_t b
         PyErr_SetString(PyExc_ValueError, "matrix sizes must be non-negative");
         return -1;
     }
+    int64_t R;
+    if (rows_overflow(batch, n, &R)) return -1;
     if (need_contiguous(ptr) || need_contiguous(col)) return -1;
     memset(A, 0, sizeof *A);
     A->batch = batch;
@@ -211,7 +250,7 @@ static int make_csr(const held *ptr, const held *col, const held *val, int64_t b
     A->ptr = data_of(ptr);
     A->col = data_of(col);
     A->nnz = numel(J);
-    if (P->ndim == 1 && J->ndim == 1 && P->shape[0] == batch * n + 1) {
+    if (P->ndim == 1 && J->ndim == 1 && P->shape[0] == R + 1) {
         A->ptr_stride = n;
     } else if (P->ndim == 2 && J->ndim == 2 && P->shape[0] == batch && P->shape[1] == n + 1 &&
                J->shape[0] == batch) {
@@ -272,6 +311,12 @@ static int make_dense(const held *h, int64_t batch, int64_t rows, int64_t cols, 
     return 0;
 }
 
+/* width p of an output-like (.., p) tensor, or -1 when it has fewer than 2 dims */
+static int64_t last_dim(const held *h)
+{
+    return dl(h)->ndim >= 2 ? dl(h)->shape[dl(h)->ndim - 1] : -1;
+}
+
 /* ---- spmm(ptr, col, val, batch, n, m, B, C, nthreads) ----
  * C[k] = A[k] @ B[k]; A is batch x n x m, B (batch, m, p), C (batch, n, p).
  * ---- spmm_t(ptr, col, val, batch, n, m, G, out, nthreads) ----
@@ -281,34 +326,23 @@ static PyObject *spmm_either(PyObject *args, int transposed)
     PyObject *o[5];
     long long batch, n, m;
     int nthreads, status;
-    held h[MAX_HELD] = {{0}};
-    int nh = 0;
+    call c = {0};
     tsgu_csr A;
     tsgu_dense X, Y;
     if (!PyArg_ParseTuple(args, "OOOLLLOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
                           &nthreads))
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "values", transposed ? "grad" : "B", "out"};
-    nh = 5;
-    for (int i = 0; i < 5; i++)
-        if (take(o[i], names[i], &h[i]) != 0) goto error;
-    if (make_csr(&h[0], &h[1], &h[2], batch, n, m, &A)) goto error;
-    {
-        int64_t p = dl(&h[4])->ndim >= 2 ? dl(&h[4])->shape[dl(&h[4])->ndim - 1] : -1;
-        int64_t in_rows = transposed ? n : m, out_rows = transposed ? m : n;
-        if (make_dense(&h[3], batch, in_rows, p, A.rtype, &X) ||
-            make_dense(&h[4], batch, out_rows, p, A.rtype, &Y) || need_contiguous(&h[4]))
-            goto error;
-    }
+    const held *h = c.t;
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A) ||
+        make_dense(&h[3], batch, transposed ? n : m, last_dim(&h[4]), A.rtype, &X) ||
+        make_dense(&h[4], batch, transposed ? m : n, last_dim(&h[4]), A.rtype, &Y) ||
+        need_contiguous(&h[4]))
+        return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = transposed ? tsgu_spmm_t(&A, &X, &Y, nthreads) : tsgu_spmm(&A, &X, &Y, nthreads);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto error;
-    release(h, nh);
-    Py_RETURN_NONE;
-error:
-    release(h, nh);
-    return NULL;
+    return finish(&c, status);
 }
 
 static PyObject *py_spmm(PyObject *self, PyObject *args)
@@ -331,33 +365,33 @@ static PyObject *py_sddmm(PyObject *self, PyObject *args)
     PyObject *o[5];
     long long batch, n, m;
     int nthreads, status;
-    held h[MAX_HELD] = {{0}};
-    int nh = 0;
+    call c = {0};
     tsgu_csr A;
     tsgu_dense G, B;
     if (!PyArg_ParseTuple(args, "OOLLLOOOi", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
                           &nthreads))
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "grad", "B", "out"};
-    for (int i = 0; i < 5; i++)
-        if (take(o[i], names[i], &h[i]) != 0) { nh = 5; goto error; }
-    nh = 5;
+    const held *h = c.t;
     /* out is checked as the value array of the pattern: one float per entry */
-    if (make_csr(&h[0], &h[1], &h[4], batch, n, m, &A)) goto error;
-    {
-        int64_t p = dl(&h[2])->ndim >= 2 ? dl(&h[2])->shape[dl(&h[2])->ndim - 1] : -1;
-        if (make_dense(&h[2], batch, n, p, A.rtype, &G) || make_dense(&h[3], batch, m, p, A.rtype, &B))
-            goto error;
-    }
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[4], batch, n, m, &A) ||
+        make_dense(&h[2], batch, n, last_dim(&h[2]), A.rtype, &G) ||
+        make_dense(&h[3], batch, m, last_dim(&h[2]), A.rtype, &B))
+        return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = tsgu_sddmm(&A, &G, &B, (void *)A.val, nthreads);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto error;
-    release(h, nh);
-    Py_RETURN_NONE;
-error:
-    release(h, nh);
-    return NULL;
+    return finish(&c, status);
+}
+
+/* an index array of `want` entries of A's index type, contiguous; -1 with an exception if not */
+static int index_array(const held *h, const tsgu_csr *A, int64_t want, const char *like)
+{
+    if (index_type(h) == (int)A->itype && !need_contiguous(h) && numel(dl(h)) == want) return 0;
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "%s must hold %lld indices of the dtype of %s", h->name,
+                     (long long)want, like);
+    return -1;
 }
 
 /* ---- csr_transpose(ptr, col, batch, n, m, tptr, trow, tperm, nthreads) ----
@@ -367,100 +401,79 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
     (void)self;
     PyObject *o[5];
     long long batch, n, m;
-    int status;
-    held h[MAX_HELD] = {{0}};
-    int nh = 0;
+    int nthreads, status;
+    call c = {0};
     tsgu_csr A;
-    int nthreads;
     if (!PyArg_ParseTuple(args, "OOLLLOOOi", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
                           &nthreads))
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "tptr", "trow", "tperm"};
-    for (int i = 0; i < 5; i++)
-        if (take(o[i], names[i], &h[i]) != 0) { nh = 5; goto error; }
-    nh = 5;
-    if (make_csr(&h[0], &h[1], NULL, batch, n, m, &A)) goto error;
-    for (int i = 2; i < 5; i++) {
-        const DLTensor *t = dl(&h[i]);
-        int64_t want = i == 2 ? batch * m + 1 : A.nnz;
-        if (index_type(&h[i]) != (int)A.itype || need_contiguous(&h[i]) || numel(t) != want) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "%s must hold %lld indices of the dtype of %s",
-                             h[i].name, (long long)want, h[0].name);
-            goto error;
-        }
-    }
+    const held *h = c.t;
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A) ||
+        index_array(&h[2], &A, batch * m + 1, names[0]) || index_array(&h[3], &A, A.nnz, names[0]) ||
+        index_array(&h[4], &A, A.nnz, names[0]))
+        return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = tsgu_csr_transpose(&A, data_of(&h[2]), data_of(&h[3]), data_of(&h[4]), nthreads);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto error;
-    release(h, nh);
-    Py_RETURN_NONE;
-error:
-    release(h, nh);
-    return NULL;
+    return finish(&c, status);
 }
 
 /* ---- coo_row_ptr(indices, sizes, ptr_or_None, nthreads) ----
  * checks every index of a (2|3, nnz) int64 index array against sizes; with ptr
- * (int64, batch*n+1) also checks the (batch, row) order and fills ptr. */
+ * (int64, batch*n+1) also checks the (batch, row) order and fills ptr.  The
+ * index rows may lie any distance apart (a view of a larger buffer, or an
+ * expanded array): the kernel reads row d at d * stride(0). */
 static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *oi, *osizes, *optr;
     int64_t sizes[3];
     int status, nthreads;
-    held h[MAX_HELD] = {{0}};
-    int nh = 0;
+    call c = {0};
     if (!PyArg_ParseTuple(args, "OOOi", &oi, &osizes, &optr, &nthreads)) return NULL;
     if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
         PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
         return NULL;
     }
-    int64_t sd = PyTuple_Size(osizes);
+    int64_t sd = PyTuple_Size(osizes), R = 1;
     for (int64_t d = 0; d < sd; d++) {
         sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
         if (sizes[d] == -1 && PyErr_Occurred()) return NULL;
+        if (sizes[d] < 0) {
+            PyErr_SetString(PyExc_ValueError, "sizes must be non-negative");
+            return NULL;
+        }
     }
-    nh = 1;
-    if (take(oi, "indices", &h[0])) goto error;
-    const DLTensor *I = dl(&h[0]);
-    if (index_type(&h[0]) != TSGU_I64 || I->ndim != 2 || I->shape[0] != sd) {
+    if (rows_overflow(sd == 3 ? sizes[0] : 1, sizes[sd - 2], &R)) return NULL;
+    if (take(&c, oi, "indices")) return finish(&c, -1);
+    const DLTensor *I = dl(&c.t[0]);
+    if (index_type(&c.t[0]) != TSGU_I64 || I->ndim != 2 || I->shape[0] != sd) {
         if (!PyErr_Occurred())
             PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)sd);
-        goto error;
+        return finish(&c, -1);
     }
-    /* each row unit-stride; rows may sit further apart (a view of a larger buffer) */
-    if (I->shape[1] > 1 && (stride_of(I, 1) != 1 || stride_of(I, 0) < I->shape[1])) {
+    int64_t nnz = I->shape[1], ld = stride_of(I, 0);
+    if ((nnz > 1 && stride_of(I, 1) != 1) || ld < 0) {
         PyErr_SetString(PyExc_ValueError, "indices must have unit-stride rows");
-        goto error;
+        return finish(&c, -1);
     }
     int64_t *ptr = NULL;
     if (optr != Py_None) {
-        nh = 2;
-        if (take(optr, "row_ptr", &h[1])) goto error;
-        int64_t R = (sd == 3 ? sizes[0] : 1) * sizes[sd - 2];
-        if (index_type(&h[1]) != TSGU_I64 || need_contiguous(&h[1]) || numel(dl(&h[1])) != R + 1) {
+        if (take(&c, optr, "row_ptr")) return finish(&c, -1);
+        const held *hp = &c.t[1];
+        if (index_type(hp) != TSGU_I64 || need_contiguous(hp) || numel(dl(hp)) != R + 1) {
             if (!PyErr_Occurred())
                 PyErr_Format(PyExc_ValueError, "row_ptr must be int64 with %lld entries", (long long)(R + 1));
-            goto error;
+            return finish(&c, -1);
         }
-        ptr = data_of(&h[1]);
+        ptr = data_of(hp);
     }
-    {
-        const int64_t *idx = data_of(&h[0]);
-        int64_t nnz = I->shape[1];
-        Py_BEGIN_ALLOW_THREADS
-        int64_t ld = nnz > 1 ? stride_of(I, 0) : nnz;
-        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads);
-        Py_END_ALLOW_THREADS
-    }
-    if (raise_status(status)) goto error;
-    release(h, nh);
-    Py_RETURN_NONE;
-error:
-    release(h, nh);
-    return NULL;
+    const int64_t *idx = data_of(&c.t[0]);
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
 }
 
 /* ---- trisolve(ptr, col, val, batch, n, X, upper, unit, trans, nthreads) ----
@@ -472,31 +485,21 @@ static PyObject *py_trisolve(PyObject *self, PyObject *args)
     PyObject *o[4];
     long long batch, n;
     int upper, unit, trans, nthreads, status;
-    held h[MAX_HELD] = {{0}};
-    int nh = 0;
+    call c = {0};
     tsgu_csr A;
     tsgu_dense X;
     if (!PyArg_ParseTuple(args, "OOOLLOpppi", &o[0], &o[1], &o[2], &batch, &n, &o[3], &upper, &unit,
                           &trans, &nthreads))
         return NULL;
     const char *names[4] = {"crow_indices", "col_indices", "values", "X"};
-    for (int i = 0; i < 4; i++)
-        if (take(o[i], names[i], &h[i]) != 0) { nh = 4; goto error; }
-    nh = 4;
-    if (make_csr(&h[0], &h[1], &h[2], batch, n, n, &A)) goto error;
-    {
-        int64_t p = dl(&h[3])->ndim >= 2 ? dl(&h[3])->shape[dl(&h[3])->ndim - 1] : -1;
-        if (make_dense(&h[3], batch, n, p, A.rtype, &X) || need_contiguous(&h[3])) goto error;
-    }
+    const held *h = c.t;
+    if (take_all(&c, o, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, n, &A) ||
+        make_dense(&h[3], batch, n, last_dim(&h[3]), A.rtype, &X) || need_contiguous(&h[3]))
+        return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = tsgu_trisolve(&A, &X, upper, unit, trans, nthreads);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto error;
-    release(h, nh);
-    Py_RETURN_NONE;
-error:
-    release(h, nh);
-    return NULL;
+    return finish(&c, status);
 }
 
 /* ---- grouped products and log-sum-exp (gather_mm, segment_mm, sparse_logsumexp) ----

@@ -13,7 +13,6 @@ typedef struct {
 } sddmm_ctx;
 
 #define TSGU_LANES 8 /* independent partial sums: lets the compiler vectorize the dot */
-#define TSGU_LINE 64 /* bytes per cache line */
 
 #define TSGU_TEMPLATE_FILE "sddmm.c"
 #include "tsgu_template.h"
@@ -64,9 +63,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
-            if (e + ahead < nnz)   /* a B row we will need soon; a prefetch cannot fault */
-                for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
-                    TSGU_PREFETCH(Bk + (int64_t)Aj[e + ahead] * x->B->rstride + t);
+            if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, x->B->rstride, 0, p); /* B row soon */
             out[e] = TSGU_FN(dot)(g, Bk + j * x->B->rstride, p);
         }
     }

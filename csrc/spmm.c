@@ -12,7 +12,6 @@ typedef struct {
 } spmm_ctx;
 
 #define TSGU_PBLOCK 64 /* columns of C summed at once, in registers for constant widths */
-#define TSGU_LINE 64  /* bytes per cache line */
 
 #define TSGU_TEMPLATE_FILE "spmm.c"
 #include "tsgu_template.h"
@@ -56,9 +55,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
                 int64_t j = Aj[e];
                 if (j <= prev || j >= m) return tsgu_col_error(j, m);
                 prev = j;
-                if (e + ahead < nnz) /* a B row we will need soon; a prefetch cannot fault */
-                    for (int64_t t = 0; t < w; t += TSGU_LINE / (int64_t)sizeof(real_t))
-                        TSGU_PREFETCH(Bk + (int64_t)Aj[e + ahead] * ldb + t0 + t);
+                if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, ldb, t0, w); /* B row soon */
                 const real_t a = Ax[e];
                 const real_t *restrict b = Bk + j * ldb + t0;
                 for (int64_t t = 0; t < w; t++) acc[t] += a * b[t];   /* acc += a * B[j,:] */

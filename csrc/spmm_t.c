@@ -15,7 +15,6 @@ typedef struct {
     int64_t T;
 } spmm_t_ctx;
 
-#define TSGU_LINE 64          /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 18) /* multiply-adds below which one thread does it all */
 
 #define TSGU_TEMPLATE_FILE "spmm_t.c"
@@ -63,9 +62,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_cols)(const spmm_t_ctx *x, i
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
-            if (e + ahead < nnz) /* an out row we will update soon; a prefetch cannot fault */
-                for (int64_t t = 0; t < p; t += TSGU_LINE / (int64_t)sizeof(real_t))
-                    TSGU_PREFETCH(Ok + (int64_t)Aj[e + ahead] * ldo + t);
+            if (e + ahead < nnz) TSGU_PREFETCH_ROW(Ok, Aj[e + ahead], m, ldo, 0, p); /* out row soon */
             if (j < j0 || j >= j1) continue;      /* another thread's row */
             const real_t a = Ax[e];
             real_t *restrict o = Ok + j * ldo;

@@ -120,6 +120,8 @@ static inline int tsgu_col_error(int64_t j, int64_t ncols)
 #define TSGU_PREFETCH(addr) ((void)0)
 #endif
 
+#define TSGU_LINE 64 /* bytes per cache line */
+
 /* how many entries ahead to prefetch a gathered row of w values of `size` bytes:
  * about TSGU_PREFETCH_LINES cache lines in flight, between 8 and 64 entries */
 #define TSGU_PREFETCH_LINES 64
@@ -130,7 +132,9 @@ static inline int64_t tsgu_prefetch_ahead(int64_t w, int64_t size)
 }
 
 /* start of global row r (0 <= r <= batch*nrows, batch >= 1) in the flat entry
- * arrays; used to balance threads, never to index memory */
+ * arrays; used to balance threads, never to index memory.  The pointer is not
+ * checked yet (the kernels do that), so it is clamped into its valid range
+ * first: nothing overflows whatever it holds. */
 static inline int64_t tsgu_row_start(const tsgu_csr *A, int64_t r)
 {
     int64_t k = A->nrows ? r / A->nrows : 0, i = r - k * A->nrows;
@@ -139,7 +143,8 @@ static inline int64_t tsgu_row_start(const tsgu_csr *A, int64_t r)
         k--;
         q = k * A->ptr_stride + A->nrows;
     }
-    return tsgu_ptr_at(A, q) + k * A->entry_stride;
+    int64_t p = tsgu_ptr_at(A, q), top = TSGU_BATCHED_PTR(A) ? A->entry_stride : A->nnz;
+    return (p < 0 ? 0 : p > top ? top : p) + k * A->entry_stride;
 }
 
 /* threads (parallel_rows.c) */

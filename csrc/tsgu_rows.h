@@ -3,14 +3,28 @@
  * idx_t and TSGU_FN defined. */
 
 /* The entries [*start, *end) of row i of item k, with the row's two pointers
- * checked (0 <= ptr[q] <= ptr[q+1], end <= nnz) before any entry is read through
- * them.  Returns 1 when they are valid, 0 when not (TSGU_EPTR_ORDER). */
+ * checked (0 <= ptr[q] <= ptr[q+1] <= entries left after the item's offset)
+ * before anything is computed from them.  Returns 1 when they are valid, 0 when
+ * not (TSGU_EPTR_ORDER). */
 TSGU_ALWAYS_INLINE int TSGU_FN(row_entries)(const tsgu_csr *A, int64_t k, int64_t i, int64_t *start,
                                             int64_t *end)
 {
     const idx_t *Ap = A->ptr;
     int64_t q = k * A->ptr_stride + i, off = k * A->entry_stride;
-    *start = (int64_t)Ap[q] + off;
-    *end = (int64_t)Ap[q + 1] + off;
-    return Ap[q] >= 0 && Ap[q] <= Ap[q + 1] && *end <= A->nnz;
+    int64_t a = Ap[q], b = Ap[q + 1];
+    int ok = a >= 0 && a <= b && b <= A->nnz - off;
+    *start = ok ? a + off : 0;     /* an empty range when not */
+    *end = ok ? b + off : 0;
+    return ok;
 }
+
+/* a prefetch of the row that column index j (not yet checked) names in a dense
+ * matrix X of row stride ld, columns [t0, t0 + w): only when j is in [0, m),
+ * so no address is computed from an out-of-range index */
+#define TSGU_PREFETCH_ROW(X, j, m, ld, t0, w)                                    \
+    do {                                                                       \
+        int64_t j_ = (j);                                                      \
+        if (j_ >= 0 && j_ < (m))                                               \
+            for (int64_t t_ = 0; t_ < (w); t_ += TSGU_LINE / (int64_t)sizeof(real_t)) \
+                TSGU_PREFETCH((X) + j_ * (ld) + (t0) + t_);                    \
+    } while (0)

@@ -25,13 +25,17 @@
 
 #undef TSGU_IN_TEMPLATE
 
-/* the variant of fn for a (tsgu_real, tsgu_index) pair on this processor */
-#define TSGU_PICK_TYPES(fn, sfx, rtype, itype)                                             \
-    ((rtype) == TSGU_F32 ? ((itype) == TSGU_I32 ? fn##_f32_i32##sfx : fn##_f32_i64##sfx) \
-                         : ((itype) == TSGU_I32 ? fn##_f64_i32##sfx : fn##_f64_i64##sfx))
+/* the variant of fn for a (tsgu_real, tsgu_index) pair on this processor; a
+ * TSGU_INDEX_ONLY kernel's for a tsgu_index */
+#define TSGU_PICK_IDX(fn, real, sfx, itype) ((itype) == TSGU_I32 ? fn##_##real##_i32##sfx : fn##_##real##_i64##sfx)
+#define TSGU_PICK_TYPES(fn, sfx, rtype, itype) \
+    ((rtype) == TSGU_F32 ? TSGU_PICK_IDX(fn, f32, sfx, itype) : TSGU_PICK_IDX(fn, f64, sfx, itype))
 #if TSGU_X86_CLONES
 #define TSGU_PICK(fn, rtype, itype) \
     (tsgu_use_avx2() ? TSGU_PICK_TYPES(fn, _avx2, rtype, itype) : TSGU_PICK_TYPES(fn, , rtype, itype))
+#define TSGU_PICK_INDEX(fn, itype) \
+    (tsgu_use_avx2() ? TSGU_PICK_IDX(fn, f32, _avx2, itype) : TSGU_PICK_IDX(fn, f32, , itype))
 #else
 #define TSGU_PICK(fn, rtype, itype) TSGU_PICK_TYPES(fn, , rtype, itype)
+#define TSGU_PICK_INDEX(fn, itype) TSGU_PICK_IDX(fn, f32, , itype)
 #endif

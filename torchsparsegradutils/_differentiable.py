@@ -16,7 +16,7 @@ Without create_graph the backward calls the C kernels directly.
 import torch
 
 from . import _kernels
-from ._csr import CSRView
+from ._csr import CSRView, load_view, save_view
 
 
 def spmm(view: CSRView, a: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -40,14 +40,12 @@ def _with(view: CSRView, ptr, col, values=None) -> CSRView:
 class _SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ptr, col, a, X, view):
-        ctx.view = view._replace(ptr=None, col=None, values=None)
-        ctx.save_for_backward(ptr, col, a, X)
+        save_view(ctx, _with(view, ptr, col), a, X)
         return _kernels.spmm(_with(view, ptr, col, a), X.detach())
 
     @staticmethod
     def backward(ctx, G):
-        ptr, col, a, X = ctx.saved_tensors
-        v = ctx.view._replace(ptr=ptr, col=col)
+        v, (a, X) = load_view(ctx)
         da = sddmm(v, G, X) if ctx.needs_input_grad[2] else None
         dX = spmm_t(v, a, G) if ctx.needs_input_grad[3] else None
         return None, None, da, dX, None
@@ -56,14 +54,12 @@ class _SpMM(torch.autograd.Function):
 class _SpMMT(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ptr, col, a, Y, view):
-        ctx.view = view._replace(ptr=None, col=None, values=None)
-        ctx.save_for_backward(ptr, col, a, Y)
+        save_view(ctx, _with(view, ptr, col), a, Y)
         return _kernels.spmm_t(_with(view, ptr, col, a), Y.detach())
 
     @staticmethod
     def backward(ctx, G):
-        ptr, col, a, Y = ctx.saved_tensors
-        v = ctx.view._replace(ptr=ptr, col=col)
+        v, (a, Y) = load_view(ctx)
         da = sddmm(v, Y, G) if ctx.needs_input_grad[2] else None
         dY = spmm(v, a, G) if ctx.needs_input_grad[3] else None
         return None, None, da, dY, None
@@ -72,14 +68,12 @@ class _SpMMT(torch.autograd.Function):
 class _SDDMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, ptr, col, U, V, view):
-        ctx.view = view._replace(ptr=None, col=None, values=None)
-        ctx.save_for_backward(ptr, col, U, V)
+        save_view(ctx, _with(view, ptr, col), U, V)
         return _kernels.sddmm(_with(view, ptr, col), U.detach(), V.detach())
 
     @staticmethod
     def backward(ctx, gg):
-        ptr, col, U, V = ctx.saved_tensors
-        v = ctx.view._replace(ptr=ptr, col=col)
+        v, (U, V) = load_view(ctx)
         dU = spmm(v, gg, V) if ctx.needs_input_grad[2] else None
         dV = spmm_t(v, gg, U) if ctx.needs_input_grad[3] else None
         return None, None, dU, dV, None

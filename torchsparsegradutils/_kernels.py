@@ -7,7 +7,7 @@ dense n x m matrix: until CUDA kernels of our own exist, this is their path.
 import torch
 
 from . import _C
-from ._csr import CSRView
+from ._csr import CSRView, plain
 
 # Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
 # temporaries to about this many elements times p, instead of nnz times p.
@@ -22,13 +22,31 @@ def _use_c(*tensors: torch.Tensor) -> bool:
 _force_torch_ops = False
 
 
-def _unit_last_stride(X: torch.Tensor) -> torch.Tensor:
-    """X itself when its rows are unit-stride (the kernels take any row stride), else a copy."""
+def _dense_for_c(X: torch.Tensor) -> torch.Tensor:
+    """X as the kernels read a dense operand: plain (see _csr.plain), with
+    unit-stride rows (any row and batch stride is fine), copied only if needed."""
+    X = plain(X)
     return X if X.size(-1) <= 1 or X.stride(-1) == 1 else X.contiguous()
+
+
+def _item_rows(X: torch.Tensor) -> torch.Tensor:
+    """X (.., rows, p) as the 2D (b*rows, p) stack of its batch items."""
+    return X.reshape(-1, X.shape[-1])
+
+
+def _on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:
+    """Y (n_kept, p), the rows of a hypersparse A's product, placed at their
+    global rows of a zero (n, p) or (b, n, p) output."""
+    p = Y.shape[-1]
+    out = Y.new_zeros((*A.shape[:-1], p))
+    _item_rows(out).index_copy_(0, A.rows, Y)
+    return out
 
 
 def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
     """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
+    if A.rows is not None:
+        return _on_kept_rows(A, spmm(A._replace(rows=None), _item_rows(B)))
     p = B.shape[-1]
     out_shape = (A.batch, A.nrows, p) if B.dim() == 3 else (A.nrows, p)
     if not _use_c(A.values, B):
@@ -36,14 +54,17 @@ def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
         C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
         return C.reshape(out_shape)
     C = torch.empty(out_shape, dtype=B.dtype)
-    _C.spmm(A.ptr, A.col, A.values, A.batch, A.nrows, A.ncols,
-            _unit_last_stride(B).detach(), C, torch.get_num_threads())
+    _C.spmm(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, _dense_for_c(B), C,
+            torch.get_num_threads())
     return C
 
 
 def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
     """A^T @ G for every batch item, without atomics or a transpose: each thread
     owns a range of A's columns (see csrc/spmm_t.c)."""
+    if A.rows is not None:
+        out = spmm_t(A._replace(rows=None), _item_rows(G).index_select(0, A.rows))
+        return out.reshape(*A.shape[:-2], A.shape[-1], G.shape[-1])
     p = G.shape[-1]
     out_shape = (A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p)
     if not _use_c(A.values, G):
@@ -52,8 +73,8 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
                                      (A.batch * A.ncols, A.batch * A.nrows))
         return torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p)).reshape(out_shape)
     out = torch.empty(out_shape, dtype=G.dtype)
-    _C.spmm_t(A.ptr, A.col, A.values.detach(), A.batch, A.nrows, A.ncols,
-              _unit_last_stride(G).detach(), out, torch.get_num_threads())
+    _C.spmm_t(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, _dense_for_c(G), out,
+              torch.get_num_threads())
     return out
 
 
@@ -74,11 +95,13 @@ def transpose_pattern(A: CSRView):
 def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) of A,
     shaped like A.col: the gradient of A @ B w.r.t. A's values (A.values unused)."""
+    if A.rows is not None:
+        return sddmm(A._replace(rows=None), _item_rows(G).index_select(0, A.rows), _item_rows(B))
     if not _use_c(G, B):
         return _sddmm_gather(A, G, B)
     g = torch.empty(A.col.shape, dtype=G.dtype)
-    _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, _unit_last_stride(G).detach(),
-             _unit_last_stride(B).detach(), g, torch.get_num_threads())
+    _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, _dense_for_c(G), _dense_for_c(B), g,
+             torch.get_num_threads())
     return g
 
 

@@ -1,15 +1,16 @@
 """Typed wrappers around the solve kernels (csrc/trisolve.c), on a CSRView.
 
 CPU tensors go to torchsparsegradutils._C.  Other devices go through PyTorch's
-own sparse triangular solve (``torch.triangular_solve`` with a CSR matrix, which
-cuSPARSE serves on CUDA) on the block-diagonal 2D form of the batch, built by
+own sparse triangular solve (``torch.triangular_solve`` with a CSR matrix, via
+_compat; cuSPARSE serves it on CUDA) on the block-diagonal 2D form of the batch, built by
 index arithmetic: A is never densified.  The structure checks of the kernel are
 repeated there with torch ops so both paths raise the same errors.
 """
 import torch
 
 from . import _C, _kernels
-from ._csr import CSRView
+from ._compat import linalg_solve_triangular_compat
+from ._csr import CSRView, plain
 
 # the messages of the C status codes TSGU_ETRI_SIDE, TSGU_EDIAG_ZERO, TSGU_EDIAG_UNIT
 _MSG_SIDE = ("A is not triangular on the requested side: it stores an entry below the diagonal "
@@ -26,8 +27,8 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool,
     triangular A; B is (n, p) or (b, n, p).  Returns a new tensor."""
     if not _kernels._use_c(A.values, B):
         return _trisolve_torch(A, B, upper, unitriangular, transpose)
-    X = B.detach().clone(memory_format=torch.contiguous_format)
-    _C.trisolve(A.ptr, A.col, A.values.detach(), A.batch, A.nrows, X, bool(upper),
+    X = torch.empty(B.shape, dtype=B.dtype).copy_(B.detach())   # copy_ applies B's negative bit
+    _C.trisolve(A.ptr, A.col, plain(A.values), A.batch, A.nrows, X, bool(upper),
                 bool(unitriangular), bool(transpose), torch.get_num_threads())
     return X
 
@@ -49,6 +50,6 @@ def _trisolve_torch(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: boo
             raise ValueError(_MSG_ZERO)
     if A.batch * n == 0 or p == 0:
         return B.detach().clone()
-    X = torch.triangular_solve(B.detach().reshape(A.batch * n, p), A2.detach(), upper=upper,
-                               transpose=transpose, unitriangular=unitriangular).solution
+    X = linalg_solve_triangular_compat(A2.detach(), B.detach().reshape(A.batch * n, p), upper=upper,
+                                       transpose=transpose, unitriangular=unitriangular)
     return X.reshape(B.shape)

@@ -1,28 +1,60 @@
-"""The argument contract shared by the sparse-times-dense operations (sparse_mm and
-the solves): one place, so that every op raises the same errors for the same input."""
+"""The argument contracts shared by the sparse operations: one place, so that every op
+raises the same errors for the same input.
+
+Where the published torchsparsegradutils release fixes an error's message, ``str(e)``
+is that message exactly (users and its tests compare it); what we know beyond it
+(the sizes, layouts or dtypes found) is attached as an exception note, which
+tracebacks print.
+"""
 import torch
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
 
+def error(cls, message: str, detail: str = "") -> Exception:
+    """cls(message), with `detail` as a note where Python supports notes (3.11+)."""
+    e = cls(message)
+    if detail and hasattr(e, "add_note"):
+        e.add_note(detail)
+    return e
+
+
+def eager_only(fn):
+    """fn, run eagerly under torch.compile: Dynamo cannot trace torch sparse tensors
+    (pytorch#169119), so it breaks the graph at the call instead of failing inside it."""
+    return torch.compiler.disable(fn)
+
+
+def check_no_functorch(name: str) -> None:
+    """torch.func transforms (grad, vjp, jvp, vmap) cannot carry sparse tensors: say so
+    instead of failing inside PyTorch with a message about strides."""
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise RuntimeError(
+            f"{name} does not support torch.func transforms (grad, vjp, jvp, vmap): PyTorch's sparse "
+            "tensors cannot pass through them. Use torch.autograd.grad or .backward() instead")
+
+
 def check_operands(A, B, name: str) -> None:
     """A sparse COO/CSR (n, m) or (b, n, m) without dense dims; B strided with A's rank,
     batch size, device and dtype (float32/float64).  Shapes beyond that are the op's to check."""
+    check_no_functorch(name)
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
         raise ValueError("Both A and B should be instances of torch.Tensor")
     if A.dim() < 2 or B.dim() < 2:
         raise ValueError("Both A and B should be at least 2-dimensional tensors")
     if A.dim() != B.dim() or A.dim() not in (2, 3):
-        raise ValueError(f"A and B must both be 2D or both be 3D tensors, got {A.dim()}D and {B.dim()}D")
+        raise error(ValueError, "A and B must both be 2D or both be 3D tensors",
+                    f"got {A.dim()}D and {B.dim()}D")
     if A.layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError(f"A should be in either COO or CSR sparse format, got {A.layout}")
+        raise error(ValueError, "A should be in either COO or CSR sparse format", f"got {A.layout}")
     if A.dense_dim() != 0:
         raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
                          f"got {A.dense_dim()}")
     if B.layout != torch.strided:
-        raise ValueError(f"B must be a dense (strided) tensor, got {B.layout}")
+        raise error(ValueError, "B must be a dense (strided) tensor", f"got {B.layout}")
     if A.dim() == 3 and A.size(0) != B.size(0):
-        raise ValueError(f"If batched, A and B must have the same batch size, got {A.size(0)} and {B.size(0)}")
+        raise error(ValueError, "If batched, A and B must have the same batch size",
+                    f"got {A.size(0)} and {B.size(0)}")
     if A.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
     if A.dtype not in SUPPORTED_DTYPES:
@@ -33,21 +65,22 @@ def check_operands(A, B, name: str) -> None:
 
 def check_system(A, B, name: str, shape_ok, shape_rule: str) -> None:
     """The contract of the 2D generic solve and least squares: A sparse COO/CSR 2D
-    with shape_ok(A.shape) (shape_rule says what it requires); B strided, 1D or 2D,
-    with A's rows, device and a float32/float64 dtype of its own (dtype agreement
-    is the op's to decide)."""
+    with shape_ok(A.shape) (shape_rule is the published message for a bad shape); B
+    strided, 1D or 2D, with A's rows, device and a float32/float64 dtype of its own
+    (dtype agreement is the op's to decide)."""
+    check_no_functorch(name)
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
         raise ValueError("Both A and B should be instances of torch.Tensor")
     if A.layout not in (torch.sparse_coo, torch.sparse_csr):
         raise TypeError(f"Unsupported sparse layout: {A.layout}. Only COO and CSR are supported.")
     if A.dim() != 2:
-        raise ValueError(f"A must be a 2D tensor, got {A.dim()}D")
+        raise error(ValueError, "A must be a 2D tensor", f"got {A.dim()}D")
     if not shape_ok(A.shape):
-        raise ValueError(f"A {shape_rule}, got shape {tuple(A.shape)}")
+        raise error(ValueError, shape_rule, f"got shape {tuple(A.shape)}")
     if B.layout != torch.strided:
-        raise TypeError(f"B must be a dense (strided) tensor, got {B.layout}")
+        raise error(TypeError, "B must be a dense (strided) tensor", f"got {B.layout}")
     if B.dim() not in (1, 2):
-        raise ValueError(f"B must be a 1D or 2D tensor, got {B.dim()}D")
+        raise error(ValueError, "B must be a 1D or 2D tensor", f"got {B.dim()}D")
     if B.shape[0] != A.shape[0]:
         raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
     if A.device != B.device:

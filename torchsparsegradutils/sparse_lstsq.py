@@ -5,12 +5,12 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _kernels
-from ._csr import as_csr
-from ._validate import check_system
+from ._csr import as_csr, load_operand, save_operand
+from ._validate import check_system, eager_only
 from .sparse_matmul import sparse_mm
 
 
-
+@eager_only
 def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
                          lstsq: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None,
                          transpose_lstsq: Optional[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = None
@@ -50,7 +50,7 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
         A not COO/CSR, B not strided, values not float32/float64 or of different dtypes.
     """
     check_system(A, B, "sparse_generic_lstsq", lambda s: s[0] >= s[1],
-                 "should be a tall full-rank matrix (rows >= columns)")
+                 "A should be a tall full-rank matrix (rows >= columns)")
     if B.dtype != A.dtype:
         raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
     lstsq = lstsq or _default_lstsq
@@ -90,23 +90,22 @@ class SparseGenericLstsq(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, lstsq, transpose_lstsq):
-        Ad, Bd = A.detach(), B.detach()
-        X = _like(lstsq(Ad, Bd), (A.shape[1], B.shape[1]), B.dtype)
+        Ad = A.detach()
+        X = _like(lstsq(Ad, B.detach()), (A.shape[1], B.shape[1]), B.dtype)
         ctx.solvers = (lstsq, transpose_lstsq)
-        ctx.save_for_backward(A, B, X)
+        save_operand(ctx, A, as_csr(Ad), True, B, X)
         return X
 
     @staticmethod
     @once_differentiable
     def backward(ctx, G):
-        A, B, X = ctx.saved_tensors
+        view, _, (B, X) = load_operand(ctx)
         lstsq, transpose_lstsq = ctx.solvers
-        A = A.detach()
+        A = view.to_torch()
         m, p = A.shape[0], G.shape[1]
         grad_B = _like(transpose_lstsq(A, G), (m, p), G.dtype)
         grad_A = None
         if ctx.needs_input_grad[0]:
-            view = as_csr(A)
             Y = _like(lstsq(A, grad_B), (A.shape[1], p), G.dtype)
             R = B - sparse_mm(A, X)
             g = _kernels.sddmm(view, R, Y) - _kernels.sddmm(view, grad_B, X)

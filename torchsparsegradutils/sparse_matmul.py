@@ -2,10 +2,11 @@
 import torch
 
 from . import _differentiable, _kernels
-from ._csr import as_csr
-from ._validate import check_operands
+from ._csr import as_csr, load_operand, save_operand
+from ._validate import check_operands, eager_only
 
 
+@eager_only
 def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     r"""Sparse @ dense, ``C = A @ B``, whose gradient w.r.t. ``A`` is sparse.
 
@@ -52,32 +53,21 @@ class SparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B):
-        view = as_csr(A.detach())
+        view = as_csr(A.detach(), compress_rows=True)
         C = _kernels.spmm(view, B)
-        # An in-place edit of B, or of the tensor A's values came from, before
-        # backward must raise autograd's version-counter error, not give a
-        # silently wrong gradient.  B is saved itself.  A's values arrays are
-        # aliases that do not share a version counter with the tensor the user
-        # holds, so save that tensor (the guard) where it can be found; where it
-        # cannot, and grad_B needs the values, keep a private copy.
-        guard = _values_guard(A)
-        values = view.values
-        if guard is None and ctx.needs_input_grad[1] and _shares_storage(values, A):
-            values = values.clone()
-        ctx.view = view._replace(ptr=None, col=None, values=None)
-        ctx.save_for_backward(view.ptr, view.col, values, B, guard, A)
+        # grad_B = A^T G reads A's values; grad_A reads only the pattern
+        save_operand(ctx, A, view, ctx.needs_input_grad[1], B if ctx.needs_input_grad[0] else None)
         return C
 
     @staticmethod
     def backward(ctx, G):
-        ptr, col, values, B, _, A = ctx.saved_tensors
-        view = ctx.view._replace(ptr=ptr, col=col, values=values)
+        view, A, (B,) = load_operand(ctx)
         grad_A = grad_B = None
         if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
             if ctx.needs_input_grad[0]:
                 grad_A = view.grad_like(_differentiable.sddmm(view, G, B))
             if ctx.needs_input_grad[1]:
-                grad_B = _differentiable.spmm_t(view, _values_of(A, values), G)
+                grad_B = _differentiable.spmm_t(view, _values_of(A, view.values), G)
             return grad_A, grad_B
         if ctx.needs_input_grad[0]:
             grad_A = view.grad_like(_kernels.sddmm(view, G, B))
@@ -94,27 +84,3 @@ def _values_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     if A.layout == torch.sparse_coo:
         return A.coalesce().values()
     return A.values()
-
-
-def _values_guard(A: torch.Tensor):
-    """The tensor whose version counter moves when A's values are edited in place:
-    A itself when it has no history, the values given to our sparse_csr_tensor,
-    or the leaf values given to torch's constructors; None when unknown."""
-    if A.grad_fn is None:
-        return A
-    values = getattr(A, "_tsgu_values", None)          # set by sparse_csr_tensor
-    if values is not None:
-        return values
-    name = type(A.grad_fn).__name__
-    if name.startswith(("SparseCooTensorWithDimsAndTensorsBackward", "SparseCompressedTensorBackward")):
-        for fn, _ in A.grad_fn.next_functions:
-            leaf = getattr(fn, "variable", None)        # AccumulateGrad of a leaf values tensor
-            if leaf is not None:
-                return leaf
-    return None
-
-
-def _shares_storage(values: torch.Tensor, A: torch.Tensor) -> bool:
-    """Does values alias A's own values array (rather than a private coalesced copy)?"""
-    own = A._values() if A.layout == torch.sparse_coo else A.values()
-    return values.numel() > 0 and values.data_ptr() == own.data_ptr()

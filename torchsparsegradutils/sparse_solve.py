@@ -12,11 +12,11 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels, _solve_kernels
 from ._differentiable import sddmm
-from ._csr import as_csr
-from ._validate import check_operands, check_system
+from ._csr import as_csr, load_operand, save_operand
+from ._validate import check_operands, check_system, eager_only, error
 
 
-
+@eager_only
 def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True,
                             unitriangular: bool = False, transpose: bool = False) -> torch.Tensor:
     r"""Solve ``A X = B`` (or ``A^T X = B``) for a sparse triangular ``A``; the gradient w.r.t. ``A`` is sparse.
@@ -66,7 +66,7 @@ def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True
 def _check_solve_args(A, B, name: str) -> None:
     check_operands(A, B, name)
     if A.shape[-2] != A.shape[-1]:
-        raise ValueError(f"A must be square on its last two dimensions, got shape {tuple(A.shape)}")
+        raise error(ValueError, "A must be square on its last two dimensions", f"got shape {tuple(A.shape)}")
     if A.size(-2) != B.size(-2):
         raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-2)}] vs B[..., {B.size(-2)}]")
 
@@ -79,16 +79,13 @@ class SparseTriangularSolve(torch.autograd.Function):
         view = as_csr(A.detach())
         X = _solve_kernels.trisolve(view, B, upper, unitriangular, transpose)
         ctx.flags = (upper, unitriangular, transpose)
-        ctx.view = view._replace(ptr=None, col=None, values=None)
-        # the arrays themselves: an in-place edit before backward raises autograd's version error
-        ctx.save_for_backward(view.ptr, view.col, view.values, X)
+        save_operand(ctx, A, view, True, X)
         return X
 
     @staticmethod
     @once_differentiable
     def backward(ctx, G):
-        ptr, col, values, X = ctx.saved_tensors
-        view = ctx.view._replace(ptr=ptr, col=col, values=values)
+        view, _, (X,) = load_operand(ctx)
         upper, unit, transpose = ctx.flags
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
             return None, None, None, None, None
@@ -102,6 +99,7 @@ class SparseTriangularSolve(torch.autograd.Function):
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None
 
 
+@eager_only
 def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Callable[..., torch.Tensor]] = None,
                          transpose_solve: Optional[Callable[..., torch.Tensor]] = None,
                          **kwargs) -> torch.Tensor:
@@ -144,7 +142,7 @@ def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Calla
     TypeError
         A not COO/CSR, B not strided, values not float32/float64.
     """
-    check_system(A, B, "sparse_generic_solve", lambda s: s[0] == s[1], "must be square")
+    check_system(A, B, "sparse_generic_solve", lambda s: s[0] == s[1], "A must be square")
     if B.dtype != A.dtype:
         warnings.warn(f"A and B have different dtypes: A={A.dtype}, B={B.dtype}; B is converted to {A.dtype}",
                       UserWarning, stacklevel=2)
@@ -157,7 +155,7 @@ def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Calla
     elif transpose_solve is None:
         transpose_solve = _transposed(solve)
     B2 = B.unsqueeze(-1) if B.dim() == 1 else B
-    X = SparseGenericSolve.apply(A, B2, solve, transpose_solve, kwargs, False)
+    X = SparseGenericSolve.apply(A, B2, solve, transpose_solve, kwargs, False, None)
     return X.squeeze(-1) if B.dim() == 1 else X
 
 
@@ -191,27 +189,29 @@ def _solution_like(X: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 class SparseGenericSolve(torch.autograd.Function):
     """The autograd Function behind :func:`sparse_generic_solve`: solves ``A X = B``
-    (``A^T X = B`` when ``transposed``), whose backward is one more such solve."""
+    (``A^T X = B`` when ``transposed``), whose backward is one more such solve.
+    The solvers are given ``A_data`` (the values saved at the outer forward) when
+    it is set, else ``A`` detached."""
 
     @staticmethod
-    def forward(ctx, A, B, solve, transpose_solve, kwargs, transposed):
+    def forward(ctx, A, B, solve, transpose_solve, kwargs, transposed, A_data):
+        A_data = A.detach() if A_data is None else A_data
         run = transpose_solve if transposed else solve
         with torch.no_grad():
-            X = _solution_like(run(A.detach(), B.detach(), **kwargs), B)
+            X = _solution_like(run(A_data, B.detach(), **kwargs), B)
         ctx.solvers = (solve, transpose_solve, kwargs, transposed)
-        ctx.save_for_backward(A, X)
+        save_operand(ctx, A, as_csr(A_data), True, X)
         return X
 
     @staticmethod
     def backward(ctx, G):
-        A, X = ctx.saved_tensors
+        view, A, (X,) = load_operand(ctx)
         solve, transpose_solve, kwargs, transposed = ctx.solvers
         # M = A (or A^T): grad_B = M^{-T} G, again through this Function so that
         # it stays differentiable for create_graph=True
-        grad_B = SparseGenericSolve.apply(A, G, solve, transpose_solve, kwargs, not transposed)
+        grad_B = SparseGenericSolve.apply(A, G, solve, transpose_solve, kwargs, not transposed, view.to_torch())
         grad_A = None
         if ctx.needs_input_grad[0]:
-            view = as_csr(A.detach())
             g = sddmm(view, X, grad_B) if transposed else sddmm(view, grad_B, X)
             grad_A = view.grad_like(-g)
-        return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None, None
+        return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None, None, None

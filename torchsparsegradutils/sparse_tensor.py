@@ -10,13 +10,17 @@ already masks sparsely.)
 """
 import torch
 
+from ._validate import check_no_functorch, eager_only
 
+
+@eager_only
 def sparse_csr_tensor(crow_indices, col_indices, values, size=None):
     """Like :func:`torch.sparse_csr_tensor`, with a backward into ``values`` that never densifies.
 
     ``values`` may be 1D (nnz,) or, for a batch of matrices, (b, nnz) with
     ``crow_indices`` (b, n+1) and ``col_indices`` (b, nnz).
     """
+    check_no_functorch("sparse_csr_tensor")
     if size is None:
         size = torch.sparse_csr_tensor(crow_indices, col_indices, values.detach()).shape
     A = _CSRFromValues.apply(crow_indices, col_indices, values, tuple(size))
