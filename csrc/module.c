@@ -502,11 +502,9 @@ static PyObject *py_trisolve(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
-/* ---- grouped products and log-sum-exp (gather_mm, segment_mm, sparse_logsumexp) ----
- * Each entry point takes its tensors, builds the views, runs the kernel without
- * the GIL and leaves through one exit that gives every tensor back. */
+/* ---- grouped products and log-sum-exp (gather_mm, segment_mm, sparse_logsumexp) ---- */
 
-/* the grouping (off int64 (R+1,), perm int64 (n,) or None) of n rows */
+/* the grouping (off int64 (R+1,), perm int64 (n,) or NULL) of n rows */
 static int make_groups(const held *off, const held *perm, int64_t n, tsgu_groups *g)
 {
     if (index_type(off) != TSGU_I64 || need_contiguous(off) || numel(dl(off)) < 1 ||
@@ -527,32 +525,26 @@ static int make_groups(const held *off, const held *perm, int64_t n, tsgu_groups
 static PyObject *py_group_rows(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[3], *ret = NULL;
+    PyObject *o[3];
     long long R;
     int status, it;
-    held h[MAX_HELD] = {{0}};
-    int nh = 3;
+    call c = {0};
+    tsgu_groups g;
     if (!PyArg_ParseTuple(args, "OLOO", &o[0], &R, &o[1], &o[2])) return NULL;
     const char *names[3] = {"idx_b", "off", "perm"};
-    for (int i = 0; i < 3; i++)
-        if (take(o[i], names[i], &h[i]) != 0) goto done;
-    if ((it = index_type(&h[0])) < 0 || need_contiguous(&h[0])) goto done;
-    int64_t n = numel(dl(&h[0]));
-    tsgu_groups g;
+    const held *h = c.t;
+    if (take_all(&c, o, names, 3) || (it = index_type(&h[0])) < 0 || need_contiguous(&h[0]))
+        return finish(&c, -1);
     if (R < 0 || numel(dl(&h[1])) != R + 1) {
         PyErr_SetString(PyExc_ValueError, "off must hold R+1 offsets, R >= 0");
-        goto done;
+        return finish(&c, -1);
     }
-    if (make_groups(&h[1], &h[2], n, &g)) goto done;
+    int64_t n = numel(dl(&h[0]));
+    if (make_groups(&h[1], &h[2], n, &g)) return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = tsgu_group_rows(data_of(&h[0]), it, n, R, (int64_t *)g.off, (int64_t *)g.perm);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto done;
-    Py_INCREF(Py_None);
-    ret = Py_None;
-done:
-    release(h, nh);
-    return ret;
+    return finish(&c, status);
 }
 
 /* ---- grouped_mm(off, perm, A, M, C, nthreads) / grouped_mm_tn(off, perm, A, G, out, nthreads) ----
@@ -561,40 +553,30 @@ done:
  * perm may be None (group r is the rows off[r]..off[r+1]-1). */
 static PyObject *grouped_either(PyObject *args, int tn)
 {
-    PyObject *o[5], *ret = NULL;
+    PyObject *o[5];
     int nthreads, status, rt;
-    held h[MAX_HELD] = {{0}};
-    int nh = 5;
+    call c = {0};
     tsgu_groups g;
     tsgu_dense A, X, Y;
     if (!PyArg_ParseTuple(args, "OOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &nthreads)) return NULL;
-    const char *names[5] = {"off", "perm", "a", tn ? "grad" : "b", "out"};
-    for (int i = 0; i < 5; i++)
-        if ((i != 1 || o[i] != Py_None) && take(o[i], names[i], &h[i]) != 0) goto done;
-    if ((rt = real_type(&h[2])) < 0) goto done;
-    {
-        const DLTensor *a = dl(&h[2]), *x = dl(&h[3]), *y = dl(&h[4]);
-        if (a->ndim != 2 || x->ndim < 2 || y->ndim < 2) {
-            PyErr_SetString(PyExc_ValueError, "a, b/grad and out must be 2D or 3D");
-            goto done;
-        }
-        int64_t n = a->shape[0], K = a->shape[1], P = y->shape[y->ndim - 1];
-        if (make_groups(&h[0], o[1] == Py_None ? NULL : &h[1], n, &g) ||
-            make_dense(&h[2], 1, n, K, rt, &A))
-            goto done;
-        if (tn ? make_dense(&h[3], 1, n, P, rt, &X) || make_dense(&h[4], g.ngroups, K, P, rt, &Y)
-               : make_dense(&h[3], g.ngroups, K, P, rt, &X) || make_dense(&h[4], 1, n, P, rt, &Y))
-            goto done;
+    int has_perm = o[1] != Py_None;
+    PyObject *objs[5] = {o[0], o[2], o[3], o[4], o[1]};     /* perm last: it may be absent */
+    const char *names[5] = {"off", "a", tn ? "grad" : "b", "out", "perm"};
+    const held *h = c.t;
+    if (take_all(&c, objs, names, 4 + has_perm) || (rt = real_type(&h[1])) < 0) return finish(&c, -1);
+    if (dl(&h[1])->ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "a must be 2D");
+        return finish(&c, -1);
     }
+    int64_t n = dl(&h[1])->shape[0], K = dl(&h[1])->shape[1], P = last_dim(&h[3]);
+    if (make_groups(&h[0], has_perm ? &h[4] : NULL, n, &g) || make_dense(&h[1], 1, n, K, rt, &A) ||
+        (tn ? make_dense(&h[2], 1, n, P, rt, &X) || make_dense(&h[3], g.ngroups, K, P, rt, &Y)
+            : make_dense(&h[2], g.ngroups, K, P, rt, &X) || make_dense(&h[3], 1, n, P, rt, &Y)))
+        return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = tn ? tsgu_grouped_mm_tn(&g, &A, &X, &Y, nthreads) : tsgu_grouped_mm(&g, &A, &X, &Y, nthreads);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto done;
-    Py_INCREF(Py_None);
-    ret = Py_None;
-done:
-    release(h, nh);
-    return ret;
+    return finish(&c, status);
 }
 
 static PyObject *py_grouped_mm(PyObject *self, PyObject *args)
@@ -622,11 +604,10 @@ static int make_lse_array(const held *h, int64_t rows, int64_t cols, int rt, int
  * out (batch, w >= m): out[k, j] = log-sum-exp of column j of item k. */
 static PyObject *lse_either(PyObject *args, int cols)
 {
-    PyObject *o[5] = {NULL}, *ret = NULL;
+    PyObject *o[5] = {NULL};
     long long batch, n, m;
     int zeros, nthreads, status;
-    held h[MAX_HELD] = {{0}};
-    int nh = 5;
+    call c = {0};
     tsgu_csr A;
     tsgu_dense out, item = {0};
     int ok = cols ? PyArg_ParseTuple(args, "OOOLLLpOi", &o[0], &o[1], &o[2], &batch, &n, &m, &zeros,
@@ -634,30 +615,24 @@ static PyObject *lse_either(PyObject *args, int cols)
                   : PyArg_ParseTuple(args, "OOOLLLpOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &zeros,
                                      &o[3], &o[4], &nthreads);
     if (!ok) return NULL;
+    int has_item = o[4] && o[4] != Py_None;
     const char *names[5] = {"crow_indices", "col_indices", "values", "out", "item_out"};
-    for (int i = 0; i < 5; i++)
-        if (o[i] && o[i] != Py_None && take(o[i], names[i], &h[i]) != 0) goto done;
-    if (make_csr(&h[0], &h[1], &h[2], batch, n, m, &A)) goto done;
-    {
-        const DLTensor *t = dl(&h[3]);
-        int64_t w = t->ndim == 2 ? t->shape[1] : -1, need = cols ? m : n;
-        if (w < need) {
-            PyErr_Format(PyExc_ValueError, "out must be 2D with at least %lld columns", (long long)need);
-            goto done;
-        }
-        if (make_lse_array(&h[3], batch, w, A.rtype, 0, &out)) goto done;
-        if (h[4].mt && make_lse_array(&h[4], 1, batch, A.rtype, 1, &item)) goto done;
+    const held *h = c.t;
+    if (take_all(&c, o, names, 4 + has_item) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A))
+        return finish(&c, -1);
+    int64_t w = dl(&h[3])->ndim == 2 ? dl(&h[3])->shape[1] : -1, need = cols ? m : n;
+    if (w < need) {
+        PyErr_Format(PyExc_ValueError, "out must be 2D with at least %lld columns", (long long)need);
+        return finish(&c, -1);
     }
+    if (make_lse_array(&h[3], batch, w, A.rtype, 0, &out) ||
+        (has_item && make_lse_array(&h[4], 1, batch, A.rtype, 1, &item)))
+        return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = cols ? tsgu_lse_cols(&A, zeros, out.data, out.rstride, nthreads)
                   : tsgu_lse_rows(&A, zeros, out.data, out.rstride, item.data, nthreads);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto done;
-    Py_INCREF(Py_None);
-    ret = Py_None;
-done:
-    release(h, nh);
-    return ret;
+    return finish(&c, status);
 }
 
 static PyObject *py_lse_rows(PyObject *self, PyObject *args)
@@ -678,39 +653,39 @@ static PyObject *py_lse_cols(PyObject *self, PyObject *args)
 static PyObject *py_lse_grad(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[8], *ret = NULL;
+    PyObject *o[8];
     long long batch, n, m;
     int nthreads, status;
-    held h[MAX_HELD] = {{0}};
-    int nh = 8;
+    call c = {0};
     tsgu_csr A;
-    tsgu_dense D[5] = {{0}};
+    const void *arr[4] = {NULL};
     if (!PyArg_ParseTuple(args, "OOOLLLOOOOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
                           &o[5], &o[6], &o[7], &nthreads))
         return NULL;
-    const char *names[8] = {"crow_indices", "col_indices", "values", "row_lse",
-                            "row_grad",     "col_lse",     "col_grad", "out"};
-    for (int i = 0; i < 8; i++)
-        if (o[i] != Py_None && take(o[i], names[i], &h[i]) != 0) goto done;
-    if ((o[3] == Py_None) != (o[4] == Py_None) || (o[5] == Py_None) != (o[6] == Py_None) ||
-        o[7] == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "row_lse/row_grad and col_lse/col_grad come in pairs; out is required");
-        goto done;
+    if ((o[3] == Py_None) != (o[4] == Py_None) || (o[5] == Py_None) != (o[6] == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "row_lse/row_grad and col_lse/col_grad come in pairs");
+        return NULL;
     }
-    if (make_csr(&h[0], &h[1], &h[2], batch, n, m, &A)) goto done;
-    for (int i = 3; i < 8; i++) {
-        int64_t rows = i == 7 ? 1 : batch, width = i == 7 ? A.nnz : i < 5 ? n : m;
-        if (h[i].mt && make_lse_array(&h[i], rows, width, A.rtype, 1, &D[i - 3])) goto done;
+    PyObject *objs[4] = {o[0], o[1], o[2], o[7]};
+    const char *names[4] = {"crow_indices", "col_indices", "values", "out"};
+    const char *opt_names[4] = {"row_lse", "row_grad", "col_lse", "col_grad"};
+    const held *h = c.t;
+    tsgu_dense D;
+    if (take_all(&c, objs, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A) ||
+        make_lse_array(&h[3], 1, A.nnz, A.rtype, 1, &D))
+        return finish(&c, -1);
+    for (int i = 0; i < 4; i++) {
+        if (o[3 + i] == Py_None) continue;
+        const held *t = &c.t[c.count];
+        if (take(&c, o[3 + i], opt_names[i]) || make_lse_array(t, batch, i < 2 ? n : m, A.rtype, 1, &D))
+            return finish(&c, -1);
+        arr[i] = D.data;
     }
+    void *out = data_of(&h[3]);
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_lse_grad(&A, D[0].data, D[1].data, D[2].data, D[3].data, D[4].data, nthreads);
+    status = tsgu_lse_grad(&A, arr[0], arr[1], arr[2], arr[3], out, nthreads);
     Py_END_ALLOW_THREADS
-    if (raise_status(status)) goto done;
-    Py_INCREF(Py_None);
-    ret = Py_None;
-done:
-    release(h, nh);
-    return ret;
+    return finish(&c, status);
 }
 
 static PyMethodDef methods[] = {

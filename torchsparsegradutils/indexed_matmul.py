@@ -14,6 +14,7 @@ import re
 import torch
 
 from . import _C, _kernels
+from ._csr import plain
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
@@ -154,7 +155,8 @@ class GroupedMM(torch.autograd.Function):
                 perm = torch.empty(a.shape[0], dtype=torch.int64)
                 _C.group_rows(idx_b.contiguous(), b.shape[0], off, perm)
             out = torch.empty(a.shape[0], b.shape[2], dtype=a.dtype)
-            _C.grouped_mm(off, perm, _dense(a), _dense(b), out, torch.get_num_threads())
+            _C.grouped_mm(off, perm, _kernels._dense_for_c(a), _kernels._dense_for_c(b), out,
+                          torch.get_num_threads())
         else:
             off, perm = _torch_groups(b.shape[0], off, idx_b)
             out = _torch_grouped_mm(a, b, off, perm)
@@ -168,25 +170,20 @@ class GroupedMM(torch.autograd.Function):
         a, b, off, perm = ctx.saved_tensors
         grad_a = grad_b = None
         if _kernels._use_c(G):
-            G = _dense(G)
+            G = _kernels._dense_for_c(G)
             if ctx.needs_input_grad[0]:
                 grad_a = torch.empty(G.shape[0], b.shape[1], dtype=G.dtype)
-                _C.grouped_mm(off, perm, G, b.detach().transpose(1, 2).contiguous(), grad_a,
+                _C.grouped_mm(off, perm, G, plain(b).transpose(1, 2).contiguous(), grad_a,
                               torch.get_num_threads())
             if ctx.needs_input_grad[1]:
                 grad_b = torch.empty(off.shape[0] - 1, a.shape[1], G.shape[1], dtype=G.dtype)
-                _C.grouped_mm_tn(off, perm, _dense(a), G, grad_b, torch.get_num_threads())
+                _C.grouped_mm_tn(off, perm, _kernels._dense_for_c(a), G, grad_b, torch.get_num_threads())
         else:
             if ctx.needs_input_grad[0]:
                 grad_a = _torch_grouped_mm(G, b.transpose(1, 2), off, perm)
             if ctx.needs_input_grad[1]:
                 grad_b = _torch_grouped_mm_tn(a, G, off, perm)
         return grad_a, grad_b, None, None
-
-
-def _dense(X: torch.Tensor) -> torch.Tensor:
-    """X detached, with unit-stride rows (the kernels take any row and matrix stride)."""
-    return _kernels._unit_last_stride(X.detach())
 
 
 def _torch_groups(R: int, off, idx_b):

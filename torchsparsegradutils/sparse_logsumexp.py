@@ -14,8 +14,7 @@ import torch
 from torch import Tensor
 
 from . import _C, _kernels
-from ._csr import as_csr
-from .sparse_matmul import _shares_storage, _values_guard
+from ._csr import as_csr, load_operand, plain, save_operand
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
 
@@ -185,23 +184,15 @@ class SparseLogSumExp(torch.autograd.Function):
         if view_cols is not None:
             _lse_groups(view, include_zeros, view_cols, by_rows=False)
         if ctx.needs_input_grad[0]:
-            # In-place edits of the values the user holds must raise autograd's version
-            # error in backward: save that tensor (the guard) where it can be found; where
-            # it cannot and the view's values alias the input's, keep a private copy.
-            guard = _values_guard(input)
-            values = view.values
-            if guard is None and _shares_storage(values, input):
-                values = values.clone()
-            ctx.view = view._replace(ptr=None, col=None, values=None)
+            # the values as they were (an in-place edit before backward raises), and the output
+            save_operand(ctx, input, view, True, out)
             ctx.transposed, ctx.mode, ctx.user_shape = transposed, mode, (n, m)
-            ctx.save_for_backward(view.ptr, view.col, values, guard, out)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, G, *_):
-        ptr, col, values, _, out = ctx.saved_tensors
-        view = ctx.view._replace(ptr=ptr, col=col, values=values)
+        view, _, (out,) = load_operand(ctx)
         n, m = ctx.user_shape
         user = {"rows": None, "cols": None}     # (lse, grad) per user direction
         if ctx.mode == "both":
@@ -260,7 +251,7 @@ def _lse_grad(view, rows, cols) -> Tensor:
     rows and cols are (lse, grad) pairs of (b, n) and (b, m) tensors, or None."""
     if _kernels._use_c(view.values):
         g = torch.empty(1, view.values.numel(), dtype=view.values.dtype)
-        pairs = [t.detach().contiguous() if t is not None else None for pair in (rows, cols)
+        pairs = [plain(t).contiguous() if t is not None else None for pair in (rows, cols)
                  for t in (pair if pair is not None else (None, None))]
         _C.lse_grad(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, *pairs, g,
                     torch.get_num_threads())
