@@ -27,6 +27,7 @@ typedef struct {
 #endif
 #define TSGU_MR 6                  /* rows of C per tile */
 #define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
+#define TSGU_LINE 64               /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
 #define TSGU_TEMPLATE_FILE "grouped_mm.c"
@@ -110,6 +111,10 @@ TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_range)(const grouped_mm_ctx *x, int6
                 if (i < 0 || i >= n) return TSGU_EGROUP;
                 a[m] = Ax + i * lda;
                 c[m] = Cx + i * ldc;
+                if (perm && qm + TSGU_MR < qend) { /* the next block's gathered rows; a prefetch cannot fault */
+                    const real_t *an = Ax + perm[qm + TSGU_MR] * lda;
+                    for (int64_t t = 0; t < K; t += TSGU_LINE / (int64_t)sizeof(real_t)) TSGU_PREFETCH(an + t);
+                }
             }
             for (int64_t t0 = 0; t0 < P; t0 += TSGU_NR) {
                 real_t *ct[TSGU_MR];

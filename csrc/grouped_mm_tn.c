@@ -28,6 +28,7 @@ typedef struct {
 #define TSGU_MR 6                  /* rows of out[r] per tile */
 #define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
 #define TSGU_CHUNK 128             /* rows of the group per pass over a task's tiles */
+#define TSGU_LINE 64               /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
 /* rows [k0, k1) of slice s of S over K rows in tiles of TSGU_MR */
@@ -75,11 +76,12 @@ int tsgu_grouped_mm_tn(const tsgu_groups *g, const tsgu_dense *A, const tsgu_den
 #define TSGU_NR (2 * TSGU_NV)                                /* columns per tile: two vectors */
 typedef real_t TSGU_FN(vec) __attribute__((vector_size(TSGU_VEC_BYTES), aligned(sizeof(real_t)), may_alias));
 
-/* o[m][0:NR] += sum_q a[q][kk[m]] * g[q][t0:t0+NR] over the cnt rows q of a
- * chunk, in q order: the accumulator is TSGU_MR x 2 vectors, in registers */
+/* o[m][0:NR] += sum_q a[q][k_m] * g[q][t0:t0+NR] over the cnt rows q of a chunk,
+ * in q order, with k_m = kk[m], or kb + m when kk is NULL (a full tile: constant
+ * offsets); the accumulator is TSGU_MR x 2 vectors, in registers */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(tn_tile)(const real_t *const *a, const real_t *const *g,
-                                                       int64_t cnt, const int64_t *kk, int64_t t0,
-                                                       real_t *const *o)
+                                                       int64_t cnt, int64_t kb, const int64_t *kk,
+                                                       int64_t t0, real_t *const *o)
 {
     typedef TSGU_FN(vec) vec;
     vec acc[TSGU_MR][2];
@@ -90,7 +92,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(tn_tile)(const real_t *const *a, c
     for (int64_t q = 0; q < cnt; q++) {
         const vec g0 = *(const vec *)(g[q] + t0), g1 = *(const vec *)(g[q] + t0 + TSGU_NV);
         TSGU_UNROLL for (int m = 0; m < TSGU_MR; m++) {
-            const real_t av = a[q][kk[m]];
+            const real_t av = kk ? a[q][kk[m]] : a[q][kb + m];
             acc[m][0] += av * g0;                                   /* += A[i,k] * G[i,:] */
             acc[m][1] += av * g1;
         }
@@ -132,6 +134,8 @@ TSGU_ISA_ATTR static int TSGU_FN(tn_task)(const grouped_mm_tn_ctx *x, int64_t r,
             if (i < 0 || i >= n) return TSGU_EGROUP;
             a[q] = Ax + i * x->A->rstride;
             g[q] = Gx + i * x->G->rstride;
+            for (int64_t t = k0; t < k1; t += TSGU_LINE / (int64_t)sizeof(real_t)) TSGU_PREFETCH(a[q] + t);
+            for (int64_t t = 0; t < P; t += TSGU_LINE / (int64_t)sizeof(real_t)) TSGU_PREFETCH(g[q] + t);
         }
         for (int64_t kb = k0; kb < k1; kb += TSGU_MR) {
             int64_t kk[TSGU_MR];
@@ -143,8 +147,9 @@ TSGU_ISA_ATTR static int TSGU_FN(tn_task)(const grouped_mm_tn_ctx *x, int64_t r,
             for (int64_t t0 = 0; t0 < P; t0 += TSGU_NR) {
                 real_t *ot[TSGU_MR];
                 for (int m = 0; m < TSGU_MR; m++) ot[m] = o[m] + t0;
-                if (t0 + TSGU_NR <= P) TSGU_FN(tn_tile)(a, g, cnt, kk, t0, ot);
-                else TSGU_FN(tn_tail)(a, g, cnt, kk, t0, ot, P - t0);
+                if (t0 + TSGU_NR > P) TSGU_FN(tn_tail)(a, g, cnt, kk, t0, ot, P - t0);
+                else if (kb + TSGU_MR <= k1) TSGU_FN(tn_tile)(a, g, cnt, kb, NULL, t0, ot);
+                else TSGU_FN(tn_tile)(a, g, cnt, kb, kk, t0, ot);
             }
         }
     }
