@@ -4,19 +4,20 @@
  * with z_j = n - (entries of column j) absent entries counted as zeros, or
  * z_j = 0 (include_zeros false: an empty column gives -inf).  No transpose and
  * no atomics: thread t owns the global columns c = k*m + j in [C*t/T,
- * C*(t+1)/T) (C = b*m), walks the rows of the items they belong to twice (max
- * and count, checking the structure; then the shifted sum, its exps computed a
- * block of entries at a time, vectorized) and updates only its own columns,
- * each in entry order, so the bits do not depend on the thread count.
- * Workspace: a max/shift, a sum and a count per column (the output's size). */
+ * C*(t+1)/T) (C = b*m), walks the rows of the items they belong to once, and
+ * updates only its own columns, each in entry order, so the bits do not depend
+ * on the thread count.  One pass with a running max mx and sum s of exp(v - mx)
+ * per column (s is rescaled when the max grows), then
+ *     lse = M + log(s exp(mx - M) + z exp(-M)),   M = max(mx, 0 if z > 0).
+ * Workspace: mx, s and a count per column (the output's size). */
 #include <stdlib.h>
 #include "tsgu.h"
 #include "tsgu_exp.h"
 
 typedef struct {
-    double shift; /* max of the column's values, then its shift */
-    double sum;   /* sum of exp(v - shift) */
-    int64_t cnt;  /* entries */
+    double mx;   /* largest value so far */
+    double s;    /* sum of exp(v - mx) so far */
+    int64_t cnt; /* entries */
 } lse_col;
 
 typedef struct {
@@ -28,8 +29,16 @@ typedef struct {
 } lse_cols_ctx;
 
 #define TSGU_MIN_ENTRIES (1 << 16) /* entries below which one thread does it all */
-#define TSGU_BLOCK 64              /* entries whose exps are computed together */
 #define TSGU_AHEAD 16              /* entries ahead whose column is prefetched */
+
+/* the column's lse from its running max and sum and its z zeros */
+static double lse_col_finish(const lse_col *c, int64_t z)
+{
+    if (c->mx == INFINITY) return INFINITY;            /* no inf - inf */
+    double M = z > 0 && !(c->mx > 0) ? 0 : c->mx;
+    if (M == -INFINITY) return -INFINITY;              /* no values (or all -inf) and no zeros */
+    return M + log(c->s * exp(c->mx - M) + (z > 0 ? (double)z * exp(-M) : 0));
+}
 
 #define TSGU_TEMPLATE_FILE "lse_cols.c"
 #include "tsgu_template.h"
@@ -53,24 +62,18 @@ int tsgu_lse_cols(const tsgu_csr *A, int include_zeros, void *out, int64_t ld, i
 
 #include "tsgu_rows.h"
 
-/* sum[c[q]] += exp(d[q]) for the w buffered entries, in entry order */
-TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(flush)(lse_col *col, real_t *d, const int64_t *c, int64_t w)
+TSGU_ISA_ATTR static int TSGU_FN(lse_cols_task)(void *vctx, int64_t t)
 {
-    for (int64_t q = 0; q < w; q++) d[q] = TSGU_EXP(d[q]);  /* vectorized */
-    for (int64_t q = 0; q < w; q++) col[c[q]].sum += d[q];
-}
-
-/* entries of the items holding global columns [c0, c1): the max and count pass
- * (checking the structure), or with sum_pass the shifted-sum pass */
-TSGU_ISA_ATTR static int TSGU_FN(lse_cols_pass)(const lse_cols_ctx *x, int64_t c0, int64_t c1,
-                                                int sum_pass)
-{
+    const lse_cols_ctx *x = vctx;
     const tsgu_csr *A = x->A;
     const idx_t *Aj = A->col;
     const real_t *Ax = A->val;
+    real_t *out = x->out;
     lse_col *col = x->col;
-    int64_t n = A->nrows, m = A->ncols, w = 0, cb[TSGU_BLOCK];
-    real_t d[TSGU_BLOCK];
+    int64_t n = A->nrows, m = A->ncols, C = A->batch * m;
+    int64_t c0 = C * t / x->T, c1 = C * (t + 1) / x->T;
+    if (c0 >= c1) return TSGU_OK;
+    for (int64_t c = c0; c < c1; c++) col[c] = (lse_col){-INFINITY, 0, 0};
     for (int64_t k = c0 / m; k <= (c1 - 1) / m; k++)
         for (int64_t i = 0; i < n; i++) {
             int64_t start, end, prev = -1;
@@ -82,40 +85,20 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_cols_pass)(const lse_cols_ctx *x, int64_t c
                 if (e + TSGU_AHEAD < A->nnz) /* a column we will update soon; a prefetch cannot fault */
                     TSGU_PREFETCH(col + k * m + Aj[e + TSGU_AHEAD]);
                 if (c < c0 || c >= c1) continue;           /* another thread's column */
-                if (sum_pass) {
-                    d[w] = Ax[e] - (real_t)col[c].shift;
-                    cb[w++] = c;
-                    if (w == TSGU_BLOCK) {
-                        TSGU_FN(flush)(col, d, cb, w);
-                        w = 0;
-                    }
-                } else {
-                    if (Ax[e] > col[c].shift) col[c].shift = Ax[e];
-                    col[c].cnt++;
+                lse_col *s = col + c;
+                const real_t v = Ax[e], mx = (real_t)s->mx;  /* mx is one of the values, or -inf */
+                s->cnt++;
+                if (v > mx) {                              /* a new max: rescale the sum */
+                    s->s = s->s * TSGU_EXP((real_t)(mx - v)) + 1;
+                    s->mx = v;
+                } else if (mx > -INFINITY) {               /* (-inf onto -inf adds nothing) */
+                    s->s += TSGU_EXP((real_t)(v - mx));
                 }
             }
         }
-    TSGU_FN(flush)(col, d, cb, w);
-    return TSGU_OK;
-}
-
-TSGU_ISA_ATTR static int TSGU_FN(lse_cols_task)(void *vctx, int64_t t)
-{
-    const lse_cols_ctx *x = vctx;
-    int64_t n = x->A->nrows, m = x->A->ncols, C = x->A->batch * m;
-    int64_t c0 = C * t / x->T, c1 = C * (t + 1) / x->T;
-    real_t *out = x->out;
-    lse_col *col = x->col;
-    if (c0 >= c1) return TSGU_OK;
-    for (int64_t c = c0; c < c1; c++) col[c] = (lse_col){-INFINITY, 0, 0};
-    int status = TSGU_FN(lse_cols_pass)(x, c0, c1, 0);
-    if (status) return status;
-    for (int64_t c = c0; c < c1; c++) col[c].shift = tsgu_lse_shift(col[c].shift, x->zeros ? n - col[c].cnt : 0);
-    status = TSGU_FN(lse_cols_pass)(x, c0, c1, 1);
-    if (status) return status;
     for (int64_t c = c0; c < c1; c++) {
         int64_t k = c / m, j = c - k * m;
-        out[k * x->ld + j] = (real_t)tsgu_lse_finish(col[c].shift, col[c].sum, x->zeros ? n - col[c].cnt : 0);
+        out[k * x->ld + j] = (real_t)lse_col_finish(&col[c], x->zeros ? n - col[c].cnt : 0);
     }
     return TSGU_OK;
 }

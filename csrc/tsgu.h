@@ -182,7 +182,7 @@ typedef struct {
     const int64_t *perm; /* the row order (a permutation of the rows), or NULL */
 } tsgu_groups;
 
-/* Log-sum-exp of one group (lse_rows.c, lse_cols.c): its values v and nz zeros
+/* Log-sum-exp of one group (lse_rows.c): its values v and nz zeros
  * (absent entries counted as genuine zeros; nz = 0 when they are left out).
  * shift = max(max v, 0 if nz > 0), or 0 where that is not finite (an empty
  * group, or a +inf value: no inf - inf); then with s = sum exp(v - shift)

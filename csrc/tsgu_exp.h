@@ -17,10 +17,11 @@
 #include "tsgu.h"
 
 /* The selects below (clamps, overflow, NaN) vectorize only when floating-point
- * comparisons may be assumed not to trap; the kernels never read the FP
- * exception flags.  This applies to the rest of the including file. */
+ * comparisons may be assumed not to trap (the kernels never read the FP
+ * exception flags), and the polynomial is a chain of FMAs where the instruction
+ * set has them.  This applies to the rest of the including file. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
+#pragma GCC optimize("no-trapping-math", "fp-contract=fast")
 #endif
 
 TSGU_ALWAYS_INLINE double tsgu_exp_f64(double x)
