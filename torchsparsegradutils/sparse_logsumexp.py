@@ -191,21 +191,17 @@ class SparseLogSumExp(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, G, *_):
+    def backward(ctx, G):
         view, _, (out,) = load_operand(ctx)
         n, m = ctx.user_shape
-        user = {"rows": None, "cols": None}     # (lse, grad) per user direction
-        if ctx.mode == "both":
-            user["cols"], user["rows"] = (out[0, :, :m], G[0, :, :m]), (out[1, :, :n], G[1, :, :n])
-        elif ctx.mode == "all":
-            vn = view.nrows
-            user["rows"] = (out[:, None].expand(-1, vn), G[:, None].expand(-1, vn))   # every view row
-        else:
-            user[ctx.mode] = (out, G)
-        if ctx.mode == "all":
-            rows, cols = user["rows"], None
-        else:
-            rows, cols = (user["cols"], user["rows"]) if ctx.transposed else (user["rows"], user["cols"])
+        if ctx.mode == "all":      # every row of an item carries the item's lse and gradient
+            rows, cols = (out[:, None].expand(-1, view.nrows), G[:, None].expand(-1, view.nrows)), None
+        else:                      # (lse, grad) per direction of the user's matrix
+            if ctx.mode == "both":
+                user_rows, user_cols = (out[1, :, :n], G[1, :, :n]), (out[0, :, :m], G[0, :, :m])
+            else:
+                user_rows, user_cols = ((out, G), None) if ctx.mode == "rows" else (None, (out, G))
+            rows, cols = (user_cols, user_rows) if ctx.transposed else (user_rows, user_cols)
         g = _lse_grad(view, rows, cols)
         grad = view.grad_like(g)
         return (grad.transpose(-2, -1) if ctx.transposed else grad), None, None
@@ -251,9 +247,9 @@ def _lse_grad(view, rows, cols) -> Tensor:
     rows and cols are (lse, grad) pairs of (b, n) and (b, m) tensors, or None."""
     if _kernels._use_c(view.values):
         g = torch.empty(1, view.values.numel(), dtype=view.values.dtype)
-        pairs = [plain(t).contiguous() if t is not None else None for pair in (rows, cols)
-                 for t in (pair if pair is not None else (None, None))]
-        _C.lse_grad(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, *pairs, g,
+        arrays = [plain(t).contiguous() if pair is not None else None
+                  for pair in (rows, cols) for t in (pair or (None, None))]
+        _C.lse_grad(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, *arrays, g,
                     torch.get_num_threads())
         return g.reshape(view.values.shape)
     _, r, c = _kernels._global_csr(view)
