@@ -86,24 +86,24 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
 
     job = {"reps": max(5, args.reps), "threads": args.threads}
     recs: Dict[tuple, dict] = {}
-    for case in cases:
-        print(f"[{time.time() - t0:5.0f}s] case {case['id']}: {case['label']}", flush=True)
+    # The quick mode starts each worker once for all cases; the full mode once per case.
+    for batch in [cases] if args.quick else [[c] for c in cases]:
+        print(f"[{time.time() - t0:5.0f}s] " + "; ".join(f"case {c['id']}: {c['label']}" for c in batch), flush=True)
         runs = [(sys.executable, local, False)] + ([(pub_py, ["published"], False)] if pub_py else [])
         if not args.no_memory:
             runs += [(sys.executable, local, True)] + ([(pub_py, ["published"], True)] if pub_py else [])
         for python, methods, memory in runs:
             repo = os.path.dirname(HERE) if python == sys.executable else None
-            out = run_worker(python, dict(job, cases=[case], methods=methods, repo=repo,
+            out = run_worker(python, dict(job, cases=batch, methods=methods, repo=repo,
                                           mode="memory" if memory else "time"), memory)
-            for m in methods:
-                recs.setdefault((case["id"], m), {"case": case["id"], "label": case["label"], "op": case["op"],
-                                                  "params": case["params"], "method": m})
-            if "error" in out:
+            for case in batch:
                 for m in methods:
-                    recs[(case["id"], m)]["memory_error" if memory else "error"] = out["error"]
-                continue
-            for row in out["results"]:
-                r = recs[(case["id"], row["method"])]
+                    recs.setdefault((case["id"], m), {"case": case["id"], "label": case["label"], "op": case["op"],
+                                                      "params": case["params"], "method": m})
+                    if "error" in out:
+                        recs[(case["id"], m)]["memory_error" if memory else "error"] = out["error"]
+            for row in out.get("results", []):
+                r = recs[(row["case"], row["method"])]
                 r.update({k: v for k, v in row.items() if k not in ("case", "method", "traceback")})
                 r["module_file"] = out["module_file"]
     if not pub_py:
