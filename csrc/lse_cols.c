@@ -29,7 +29,7 @@ typedef struct {
 } lse_cols_ctx;
 
 #define TSGU_MIN_ENTRIES (1 << 16) /* entries below which one thread does it all */
-#define TSGU_AHEAD 16              /* entries ahead whose column is prefetched */
+#define TSGU_AHEAD 32              /* entries ahead whose column is prefetched */
 
 /* the column's lse from its running max and sum and its z zeros */
 static double lse_col_finish(const lse_col *c, int64_t z)
@@ -83,7 +83,7 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_cols_task)(void *vctx, int64_t t)
                 if (j <= prev || j >= m) return tsgu_col_error(j, m);
                 prev = j;
                 if (e + TSGU_AHEAD < A->nnz) /* a column we will update soon; a prefetch cannot fault */
-                    TSGU_PREFETCH(col + k * m + Aj[e + TSGU_AHEAD]);
+                    TSGU_PREFETCH_W(col + k * m + Aj[e + TSGU_AHEAD]);
                 if (c < c0 || c >= c1) continue;           /* another thread's column */
                 lse_col *s = col + c;
                 const real_t v = Ax[e], mx = (real_t)s->mx;  /* mx is one of the values, or -inf */

@@ -116,8 +116,10 @@ static inline int tsgu_col_error(int64_t j, int64_t ncols)
 /* a prefetch hint for memory read soon; no-op where unavailable */
 #if defined(__GNUC__) || defined(__clang__)
 #define TSGU_PREFETCH(addr) __builtin_prefetch((addr), 0, 1)
+#define TSGU_PREFETCH_W(addr) __builtin_prefetch((addr), 1, 1) /* memory updated soon */
 #else
 #define TSGU_PREFETCH(addr) ((void)0)
+#define TSGU_PREFETCH_W(addr) ((void)0)
 #endif
 
 #define TSGU_LINE 64 /* bytes per cache line */
