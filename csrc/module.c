@@ -210,6 +210,11 @@ static int raise_status(int status)
         PyErr_SetString(PyExc_ValueError, "unitriangular=True, but A stores diagonal entries: "
                                           "the unit diagonal must be implicit (A strictly triangular)");
         break;
+    case TSGU_EGROUP:
+        PyErr_SetString(PyExc_ValueError, "malformed grouping: a relation index is negative or not less "
+                                          "than the number of relations, or segment offsets do not run "
+                                          "from 0 to the number of rows");
+        break;
     default:
         PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
     }
@@ -497,6 +502,192 @@ static PyObject *py_trisolve(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
+/* ---- grouped products and log-sum-exp (gather_mm, segment_mm, sparse_logsumexp) ---- */
+
+/* the grouping (off int64 (R+1,), perm int64 (n,) or NULL) of n rows */
+static int make_groups(const held *off, const held *perm, int64_t n, tsgu_groups *g)
+{
+    if (index_type(off) != TSGU_I64 || need_contiguous(off) || numel(dl(off)) < 1 ||
+        (perm && (index_type(perm) != TSGU_I64 || need_contiguous(perm) || numel(dl(perm)) != n))) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "%s must be int64 of R+1 offsets and %s int64 of %lld rows",
+                         off->name, perm ? perm->name : "perm", (long long)n);
+        return -1;
+    }
+    g->ngroups = numel(dl(off)) - 1;
+    g->off = data_of(off);
+    g->perm = perm ? data_of(perm) : NULL;
+    return 0;
+}
+
+/* ---- group_rows(idx, R, off, perm) ----
+ * off (R+1,), perm (n,): the rows grouped by idx[i] in [0, R), a stable counting sort */
+static PyObject *py_group_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[3];
+    long long R;
+    int status, it;
+    call c = {0};
+    tsgu_groups g;
+    if (!PyArg_ParseTuple(args, "OLOO", &o[0], &R, &o[1], &o[2])) return NULL;
+    const char *names[3] = {"idx_b", "off", "perm"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 3) || (it = index_type(&h[0])) < 0 || need_contiguous(&h[0]))
+        return finish(&c, -1);
+    if (R < 0 || numel(dl(&h[1])) != R + 1) {
+        PyErr_SetString(PyExc_ValueError, "off must hold R+1 offsets, R >= 0");
+        return finish(&c, -1);
+    }
+    int64_t n = numel(dl(&h[0]));
+    if (make_groups(&h[1], &h[2], n, &g)) return finish(&c, -1);
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_group_rows(data_of(&h[0]), it, n, R, (int64_t *)g.off, (int64_t *)g.perm);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
+/* ---- grouped_mm(off, perm, A, M, C, nthreads) / grouped_mm_tn(off, perm, A, G, out, nthreads) ----
+ * C[i,:] = A[i,:] @ M[r] for the rows i of group r: A (n, K), M (R, K, P), C (n, P);
+ * out[r] = sum over the rows i of group r of A[i,:]^T G[i,:]: G (n, P), out (R, K, P).
+ * perm may be None (group r is the rows off[r]..off[r+1]-1). */
+static PyObject *grouped_either(PyObject *args, int tn)
+{
+    PyObject *o[5];
+    int nthreads, status, rt;
+    call c = {0};
+    tsgu_groups g;
+    tsgu_dense A, X, Y;
+    if (!PyArg_ParseTuple(args, "OOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &nthreads)) return NULL;
+    int has_perm = o[1] != Py_None;
+    PyObject *objs[5] = {o[0], o[2], o[3], o[4], o[1]};     /* perm last: it may be absent */
+    const char *names[5] = {"off", "a", tn ? "grad" : "b", "out", "perm"};
+    const held *h = c.t;
+    if (take_all(&c, objs, names, 4 + has_perm) || (rt = real_type(&h[1])) < 0) return finish(&c, -1);
+    if (dl(&h[1])->ndim != 2) {
+        PyErr_SetString(PyExc_ValueError, "a must be 2D");
+        return finish(&c, -1);
+    }
+    int64_t n = dl(&h[1])->shape[0], K = dl(&h[1])->shape[1], P = last_dim(&h[3]);
+    if (make_groups(&h[0], has_perm ? &h[4] : NULL, n, &g) || make_dense(&h[1], 1, n, K, rt, &A) ||
+        (tn ? make_dense(&h[2], 1, n, P, rt, &X) || make_dense(&h[3], g.ngroups, K, P, rt, &Y)
+            : make_dense(&h[2], g.ngroups, K, P, rt, &X) || make_dense(&h[3], 1, n, P, rt, &Y)))
+        return finish(&c, -1);
+    Py_BEGIN_ALLOW_THREADS
+    status = tn ? tsgu_grouped_mm_tn(&g, &A, &X, &Y, nthreads) : tsgu_grouped_mm(&g, &A, &X, &Y, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
+static PyObject *py_grouped_mm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return grouped_either(args, 0);
+}
+
+static PyObject *py_grouped_mm_tn(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return grouped_either(args, 1);
+}
+
+/* a (rows, cols) dense view of a log-sum-exp array, contiguous when asked */
+static int make_lse_array(const held *h, int64_t rows, int64_t cols, int rt, int contiguous, tsgu_dense *D)
+{
+    return make_dense(h, 1, rows, cols, rt, D) || (contiguous && need_contiguous(h));
+}
+
+/* ---- lse_rows(ptr, col, val, batch, n, m, include_zeros, out, item_out, nthreads) ----
+ * out (batch, w >= n): out[k, i] = log-sum-exp of row i of item k; item_out (1, batch)
+ * or None: of the whole item.
+ * ---- lse_cols(ptr, col, val, batch, n, m, include_zeros, out, nthreads) ----
+ * out (batch, w >= m): out[k, j] = log-sum-exp of column j of item k. */
+static PyObject *lse_either(PyObject *args, int cols)
+{
+    PyObject *o[5] = {NULL};
+    long long batch, n, m;
+    int zeros, nthreads, status;
+    call c = {0};
+    tsgu_csr A;
+    tsgu_dense out, item = {0};
+    int ok = cols ? PyArg_ParseTuple(args, "OOOLLLpOi", &o[0], &o[1], &o[2], &batch, &n, &m, &zeros,
+                                     &o[3], &nthreads)
+                  : PyArg_ParseTuple(args, "OOOLLLpOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &zeros,
+                                     &o[3], &o[4], &nthreads);
+    if (!ok) return NULL;
+    int has_item = o[4] && o[4] != Py_None;
+    const char *names[5] = {"crow_indices", "col_indices", "values", "out", "item_out"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 4 + has_item) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A))
+        return finish(&c, -1);
+    int64_t w = dl(&h[3])->ndim == 2 ? dl(&h[3])->shape[1] : -1, need = cols ? m : n;
+    if (w < need) {
+        PyErr_Format(PyExc_ValueError, "out must be 2D with at least %lld columns", (long long)need);
+        return finish(&c, -1);
+    }
+    if (make_lse_array(&h[3], batch, w, A.rtype, 0, &out) ||
+        (has_item && make_lse_array(&h[4], 1, batch, A.rtype, 1, &item)))
+        return finish(&c, -1);
+    Py_BEGIN_ALLOW_THREADS
+    status = cols ? tsgu_lse_cols(&A, zeros, out.data, out.rstride, nthreads)
+                  : tsgu_lse_rows(&A, zeros, out.data, out.rstride, item.data, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
+static PyObject *py_lse_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return lse_either(args, 0);
+}
+
+static PyObject *py_lse_cols(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return lse_either(args, 1);
+}
+
+/* ---- lse_grad(ptr, col, val, batch, n, m, row_lse, row_grad, col_lse, col_grad, out, nthreads) ----
+ * out (1, nnz) = d(sum of row_grad * row lse + col_grad * col lse)/d values; row_lse and
+ * row_grad (batch, n) contiguous, or both None; col_lse and col_grad (batch, m), or None. */
+static PyObject *py_lse_grad(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[8];
+    long long batch, n, m;
+    int nthreads, status;
+    call c = {0};
+    tsgu_csr A;
+    const void *arr[4] = {NULL};
+    if (!PyArg_ParseTuple(args, "OOOLLLOOOOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
+                          &o[5], &o[6], &o[7], &nthreads))
+        return NULL;
+    if ((o[3] == Py_None) != (o[4] == Py_None) || (o[5] == Py_None) != (o[6] == Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "row_lse/row_grad and col_lse/col_grad come in pairs");
+        return NULL;
+    }
+    PyObject *objs[4] = {o[0], o[1], o[2], o[7]};
+    const char *names[4] = {"crow_indices", "col_indices", "values", "out"};
+    const char *opt_names[4] = {"row_lse", "row_grad", "col_lse", "col_grad"};
+    const held *h = c.t;
+    tsgu_dense D;
+    if (take_all(&c, objs, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A) ||
+        make_lse_array(&h[3], 1, A.nnz, A.rtype, 1, &D))
+        return finish(&c, -1);
+    for (int i = 0; i < 4; i++) {
+        if (o[3 + i] == Py_None) continue;
+        const held *t = &c.t[c.count];
+        if (take(&c, o[3 + i], opt_names[i]) || make_lse_array(t, batch, i < 2 ? n : m, A.rtype, 1, &D))
+            return finish(&c, -1);
+        arr[i] = D.data;
+    }
+    void *out = data_of(&h[3]);
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_lse_grad(&A, arr[0], arr[1], arr[2], arr[3], out, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
 static PyMethodDef methods[] = {
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
     {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
@@ -506,6 +697,15 @@ static PyMethodDef methods[] = {
     {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS, "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads)"},
     {"trisolve", py_trisolve, METH_VARARGS,
      "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},
+    {"group_rows", py_group_rows, METH_VARARGS, "group_rows(idx, R, off, perm): counting sort by relation"},
+    {"grouped_mm", py_grouped_mm, METH_VARARGS, "grouped_mm(off, perm, a, b, out, nthreads)"},
+    {"grouped_mm_tn", py_grouped_mm_tn, METH_VARARGS, "grouped_mm_tn(off, perm, a, grad, out, nthreads)"},
+    {"lse_rows", py_lse_rows, METH_VARARGS,
+     "lse_rows(crow, col, values, batch, n, m, include_zeros, out, item_out, nthreads)"},
+    {"lse_cols", py_lse_cols, METH_VARARGS,
+     "lse_cols(crow, col, values, batch, n, m, include_zeros, out, nthreads)"},
+    {"lse_grad", py_lse_grad, METH_VARARGS,
+     "lse_grad(crow, col, values, batch, n, m, row_lse, row_grad, col_lse, col_grad, out, nthreads)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",

@@ -16,6 +16,7 @@
 #ifndef TSGU_H
 #define TSGU_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,7 +32,8 @@ enum {
     TSGU_ENOMEM = 7,     /* a workspace allocation failed */
     TSGU_ETRI_SIDE = 8,  /* triangular solve: an entry on the wrong side of the diagonal */
     TSGU_EDIAG_ZERO = 9, /* triangular solve: a diagonal entry is zero or not stored */
-    TSGU_EDIAG_UNIT = 10 /* triangular solve: unitriangular, yet a diagonal entry is stored */
+    TSGU_EDIAG_UNIT = 10, /* triangular solve: unitriangular, yet a diagonal entry is stored */
+    TSGU_EGROUP = 11      /* grouped rows: a group index, offset or row out of range */
 };
 
 typedef enum { TSGU_F32 = 0, TSGU_F64 = 1 } tsgu_real;  /* value types */
@@ -114,8 +116,10 @@ static inline int tsgu_col_error(int64_t j, int64_t ncols)
 /* a prefetch hint for memory read soon; no-op where unavailable */
 #if defined(__GNUC__) || defined(__clang__)
 #define TSGU_PREFETCH(addr) __builtin_prefetch((addr), 0, 1)
+#define TSGU_PREFETCH_W(addr) __builtin_prefetch((addr), 1, 1) /* memory updated soon */
 #else
 #define TSGU_PREFETCH(addr) ((void)0)
+#define TSGU_PREFETCH_W(addr) ((void)0)
 #endif
 
 #define TSGU_LINE 64 /* bytes per cache line */
@@ -169,5 +173,54 @@ int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, i
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
                      const int64_t *sizes, int64_t *ptr, int nthreads);
+
+/* Rows of a dense matrix in R groups (gather_mm, segment_mm): group r holds the
+ * rows perm[q] for q in [off[r], off[r+1]), or the rows q themselves when perm
+ * is NULL (consecutive segments).  Kernels check off (0 = off[0] <= ... <=
+ * off[R] = rows) and every perm[q] < rows before reading through them. */
+typedef struct {
+    int64_t ngroups;     /* R */
+    const int64_t *off;  /* R+1 offsets into the row order */
+    const int64_t *perm; /* the row order (a permutation of the rows), or NULL */
+} tsgu_groups;
+
+/* Log-sum-exp of one group (lse_rows.c): its values v and nz zeros
+ * (absent entries counted as genuine zeros; nz = 0 when they are left out).
+ * shift = max(max v, 0 if nz > 0), or 0 where that is not finite (an empty
+ * group, or a +inf value: no inf - inf); then with s = sum exp(v - shift)
+ *     lse = shift + log(s + nz * exp(-shift))    (-inf when nothing contributes) */
+static inline double tsgu_lse_shift(double vmax, int64_t nz)
+{
+    double shift = nz > 0 && vmax < 0 ? 0 : vmax;
+    return isfinite(shift) ? shift : 0;
+}
+static inline double tsgu_lse_finish(double shift, double s, int64_t nz)
+{
+    return shift + log(nz > 0 ? s + (double)nz * exp(-shift) : s);  /* no 0 * inf */
+}
+
+/* status of a grouping of `rows` rows: its offsets must run from 0 to rows
+ * without decreasing (perm is checked by the kernels as they read it) */
+static inline int tsgu_groups_check(const tsgu_groups *g, int64_t rows)
+{
+    const int64_t *off = g->off;
+    if (g->ngroups < 0 || off[0] != 0 || off[g->ngroups] != rows) return TSGU_EGROUP;
+    for (int64_t r = 0; r < g->ngroups; r++)
+        if (off[r + 1] < off[r]) return TSGU_EGROUP;
+    return TSGU_OK;
+}
+
+/* kernels of the grouped products and log-sum-exp (files of the same name) */
+int tsgu_group_rows(const void *idx, tsgu_index itype, int64_t n, int64_t R, int64_t *off,
+                    int64_t *perm);
+int tsgu_grouped_mm(const tsgu_groups *g, const tsgu_dense *A, const tsgu_dense *M, tsgu_dense *C,
+                    int nthreads);
+int tsgu_grouped_mm_tn(const tsgu_groups *g, const tsgu_dense *A, const tsgu_dense *G,
+                       tsgu_dense *out, int nthreads);
+int tsgu_lse_rows(const tsgu_csr *A, int include_zeros, void *out, int64_t ld, void *item_out,
+                  int nthreads);
+int tsgu_lse_cols(const tsgu_csr *A, int include_zeros, void *out, int64_t ld, int nthreads);
+int tsgu_lse_grad(const tsgu_csr *A, const void *row_lse, const void *row_grad,
+                  const void *col_lse, const void *col_grad, void *out, int nthreads);
 
 #endif

@@ -1,0 +1,192 @@
+"""The driver shared by benchmarks/indexed_matmul.py and benchmarks/sparse_logsumexp.py.
+
+Every method runs in a _ops_worker.py subprocess: ours and the plain-PyTorch
+formulation with this interpreter, the published release with its venv's
+(created by benchmarks/sparse_mm.py's ensure_published), each case's peak
+memory in a fresh process.  Results go to ``<out>/<name>_<mode>.json`` and
+``.md``: medians of forward, backward and forward+backward, the ratios of ours
+to the published release and to the plain formulation, and peak memory
+against the necessary amount (output + gradients).  Timings are never asserted.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+from .sparse_mm import background_load, ensure_published, machine_info
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "_ops_worker.py")
+
+
+def run_worker(python: str, job: dict, memory: bool, timeout: float = 1800) -> dict:
+    """One _ops_worker.py run; its progress rows are printed as they arrive."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(job["threads"]))
+    env.pop("PYTHONPATH", None)
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if memory:   # freed large blocks go back to the OS, so one method cannot hide the next one's
+        env.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="131072")
+    try:
+        r = subprocess.run([python, "-I", WORKER], input=json.dumps(job), capture_output=True, text=True,
+                           env=env, cwd="/", timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"worker timed out after {timeout:.0f} s"}
+    for line in r.stderr.splitlines():
+        if line.startswith('{"progress"'):
+            print("   ", _row_line(json.loads(line)["progress"]), flush=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        tail = [ln for ln in r.stderr.splitlines() if ln and not ln.startswith('{"progress"')][-3:]
+        return {"error": f"worker exited {r.returncode}: {' | '.join(tail)}"}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _ms(t) -> str:
+    return f"{t['median_s'] * 1e3:.1f}" if isinstance(t, dict) else "-"
+
+
+def _row_line(row: dict) -> str:
+    head = f"case {row['case']:<3} {row['method']:<10}"
+    if "skip" in row or "error" in row:
+        return head + " " + (row.get("skip") or "ERROR " + row["error"])[:100]
+    if "memory" in row:
+        return head + f" peak {row['memory']['peak_bytes'] / 1e6:.0f} MB"
+    t = row["timing"]
+    ok = "ok" if row["check"]["ok"] else f"WRONG {row['check']}"
+    return head + f" fwd {_ms(t['fwd'])} ms  bwd {_ms(t['bwd'])} ms  fwd+bwd {_ms(t['fwdbwd'])} ms  {ok}"
+
+
+def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], argv=None) -> int:
+    """Run the grid of `grids[mode]` (cases: op, label, params) for the methods `local`
+    and the published release; write <name>_<mode>.json / .md under --out."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, about 30 s")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5, help="timed runs per phase (>= 5)")
+    ap.add_argument("--venv", default=os.path.join(HERE, ".venv-published"))
+    ap.add_argument("--setup-published", action="store_true", help="create the venv in quick mode too")
+    ap.add_argument("--no-published", action="store_true")
+    ap.add_argument("--no-memory", action="store_true")
+    args = ap.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    cases = [dict(c, id=i) for i, c in enumerate(grids[mode])]
+    t0 = time.time()
+    machine = machine_info(args.threads)
+    machine["background_cpus_busy_start"] = background_load()
+    print(f"{name} benchmarks ({mode}): {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, "
+          f"other load {machine['background_cpus_busy_start']:.2f} CPUs", flush=True)
+    if args.no_published:
+        pub_py, pub_msg = None, "disabled with --no-published"
+    else:
+        pub_py, pub_msg = ensure_published(os.path.abspath(args.venv), create=(mode == "full" or args.setup_published))
+    print(f"published release: {pub_msg if pub_py else 'unavailable: ' + pub_msg}", flush=True)
+
+    job = {"reps": max(5, args.reps), "threads": args.threads}
+    recs: Dict[tuple, dict] = {}
+    # The quick mode starts each worker once for all cases; the full mode once per case.
+    for batch in [cases] if args.quick else [[c] for c in cases]:
+        print(f"[{time.time() - t0:5.0f}s] " + "; ".join(f"case {c['id']}: {c['label']}" for c in batch), flush=True)
+        runs = [(sys.executable, local, False)] + ([(pub_py, ["published"], False)] if pub_py else [])
+        if not args.no_memory:
+            runs += [(sys.executable, local, True)] + ([(pub_py, ["published"], True)] if pub_py else [])
+        for python, methods, memory in runs:
+            repo = os.path.dirname(HERE) if python == sys.executable else None
+            out = run_worker(python, dict(job, cases=batch, methods=methods, repo=repo,
+                                          mode="memory" if memory else "time"), memory)
+            for case in batch:
+                for m in methods:
+                    recs.setdefault((case["id"], m), {"case": case["id"], "label": case["label"], "op": case["op"],
+                                                      "params": case["params"], "method": m})
+                    if "error" in out:
+                        recs[(case["id"], m)]["memory_error" if memory else "error"] = out["error"]
+            for row in out.get("results", []):
+                r = recs[(row["case"], row["method"])]
+                r.update({k: v for k, v in row.items() if k not in ("case", "method", "traceback")})
+                r["module_file"] = out["module_file"]
+    if not pub_py:
+        for case in cases:
+            recs[(case["id"], "published")] = {"case": case["id"], "label": case["label"], "op": case["op"],
+                                               "params": case["params"], "method": "published",
+                                               "unavailable": pub_msg}
+    machine["background_cpus_busy_end"] = background_load()
+    results = list(recs.values())
+    summary = ratios(results, local[0])
+    out_doc = {"name": name, "mode": mode, "machine": machine, "published": {"available": bool(pub_py),
+               "detail": pub_msg}, "threads": args.threads, "reps": job["reps"], "elapsed_s": time.time() - t0,
+               "cases": cases, "results": results, "ratios": summary}
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"{name}_{mode}")
+    with open(stem + ".json", "w") as f:
+        json.dump(out_doc, f, indent=1, default=str)
+    text = markdown(out_doc, local)
+    with open(stem + ".md", "w") as f:
+        f.write(text)
+    print()
+    print(text)
+    print(f"wrote {stem}.json, {stem}.md (run took {time.time() - t0:.0f} s)")
+    return 0
+
+
+def _median(r: dict, phase: str) -> Optional[float]:
+    t = r.get("timing", {}).get(phase)
+    return t["median_s"] if isinstance(t, dict) and r.get("check", {}).get("ok") else None
+
+
+def ratios(results: List[dict], ours: str) -> List[dict]:
+    """Per case: fwd+bwd (and fwd) time of the others over ours, and ours' peak over necessary."""
+    by_case: Dict[int, Dict[str, dict]] = {}
+    for r in results:
+        by_case.setdefault(r["case"], {})[r["method"]] = r
+    out = []
+    for cid, ms in sorted(by_case.items()):
+        mine = ms.get(ours, {})
+        row = {"case": cid, "label": mine.get("label", "")}
+        for other in ("published", "plain"):
+            for phase in ("fwdbwd", "fwd"):
+                a, b = _median(mine, phase), _median(ms.get(other, {}), phase)
+                row[f"{other}_over_ours_{phase}"] = b / a if a and b else None
+        mem = mine.get("memory")
+        row["ours_peak_over_necessary"] = (mem["peak_bytes"] / mem["necessary_bytes"]
+                                           if mem and mem.get("necessary_bytes") else None)
+        out.append(row)
+    return out
+
+
+def _x(v) -> str:
+    return f"{v:.2f}x" if isinstance(v, (int, float)) else "-"
+
+
+def markdown(doc: dict, local: List[str]) -> str:
+    m = doc["machine"]
+    lines = [f"# {doc['name']} benchmarks ({doc['mode']})", "",
+             f"{m['cpu']}, {m['cores']} cores, {doc['threads']} threads, torch {m['torch']}; other load "
+             f"{m['background_cpus_busy_start']:.2f} / {m['background_cpus_busy_end']:.2f} CPUs busy at start / end. "
+             f"Median of >= {doc['reps']} runs after a warm-up; every method checked against a float64 reference "
+             f"first (rows that fail are marked). Published release: {doc['published']['detail']}.", "",
+             "| case | method | fwd ms | bwd ms | fwd+bwd ms | peak MB | necessary MB | check |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    order = local + ["published"]
+    for r in sorted(doc["results"], key=lambda r: (r["case"], order.index(r["method"]))):
+        t = r.get("timing", {})
+        mem = r.get("memory", {})
+        if "check" in r:
+            check = "ok" if r["check"]["ok"] else "WRONG " + ", ".join(
+                f"{k}={v:.1e}" for k, v in r["check"].items() if k.startswith("err"))
+        else:
+            check = (r.get("skip") or r.get("error") or r.get("unavailable") or "")[:80]
+        peak = f"{mem['peak_bytes'] / 1e6:.0f}" if mem else "-"
+        need = f"{mem['necessary_bytes'] / 1e6:.0f}" if mem else "-"
+        lines.append(f"| {r['label']} | {r['method']} | {_ms(t.get('fwd'))} | {_ms(t.get('bwd'))} | "
+                     f"{_ms(t.get('fwdbwd'))} | {peak} | {need} | {check} |")
+    lines += ["", f"Ratios (time of the other method / time of `{local[0]}`; peak memory of `{local[0]}` "
+              "over output + gradients):", "",
+              "| case | published fwd+bwd | published fwd | plain fwd+bwd | plain fwd | ours peak / necessary |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for r in doc["ratios"]:
+        lines.append(f"| {r['label']} | {_x(r['published_over_ours_fwdbwd'])} | {_x(r['published_over_ours_fwd'])} | "
+                     f"{_x(r['plain_over_ours_fwdbwd'])} | {_x(r['plain_over_ours_fwd'])} | "
+                     f"{_x(r['ours_peak_over_necessary'])} |")
+    return "\n".join(lines) + "\n"

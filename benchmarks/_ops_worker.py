@@ -1,0 +1,249 @@
+"""Cases, methods, references and the worker of the gather_mm / segment_mm and
+sparse_logsumexp benchmarks (benchmarks/indexed_matmul.py, benchmarks/sparse_logsumexp.py).
+
+Like _harness.py this file needs torch only, and runs as a subprocess worker:
+``python -I benchmarks/_ops_worker.py`` reads one JSON job on stdin and prints
+one JSON line, with the system interpreter (ours, the plain-PyTorch
+formulation, and peak memory in a fresh process) or with the interpreter of the
+published release's venv (whose ``torchsparsegradutils`` shares our import name).
+It loads _harness.py by file path, so nothing of this repository is on sys.path.
+
+Job keys: mode ("time" | "memory"), cases (each: id, op, params), methods,
+reps, threads, and repo (put first on sys.path: the repository whose
+``torchsparsegradutils`` is "ours"; absent for the published release).  Methods: "ours", "ours COO" (logsumexp on a torch COO tensor),
+"published" (whatever ``torchsparsegradutils`` this interpreter imports) and
+"plain" (the same op in plain PyTorch: torch.bmm over padded segments for the
+products, scatter_reduce / scatter_add for log-sum-exp).
+"""
+import importlib.util
+import json
+import os
+import sys
+import traceback
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+H = _load("_harness")
+
+
+# --------------------------------------------------------------------------- inputs
+
+def make_inputs(op: str, params: dict) -> dict:
+    """Seeded inputs of one case.  Products: a (N, D1), b (R, D1, D2), relations
+    uniform over R (gather: idx_b; segment: seglen_a); G the output gradient.
+    Log-sum-exp: an n x m COO/CSR pattern with `per_row` entries per row at uniform
+    random columns (coalesced), values N(0, 1), float32."""
+    gen = torch.Generator().manual_seed(0)
+    if op in ("gather_mm", "segment_mm"):
+        N, R, D1, D2 = params["N"], params["R"], params["D1"], params["D2"]
+        rel = torch.randint(0, R, (N,), generator=gen)
+        inp = {"a": torch.randn(N, D1, generator=gen), "b": torch.randn(R, D1, D2, generator=gen) / D1 ** 0.5,
+               "G": torch.randn(N, D2, generator=gen)}
+        if op == "gather_mm":
+            inp["idx_b"] = rel
+        else:
+            inp["seglen_a"] = torch.bincount(rel, minlength=R)
+            inp["rel_sorted"] = torch.repeat_interleave(torch.arange(R), inp["seglen_a"])
+        return inp
+    n, m, k = params["n"], params["m"], params["per_row"]
+    rows = torch.arange(n).repeat_interleave(k)
+    cols = torch.randint(0, m, (n * k,), generator=gen)
+    A = torch.sparse_coo_tensor(torch.stack([rows, cols]), torch.randn(n * k, generator=gen), (n, m)).coalesce()
+    C = A.to_sparse_csr()
+    out_numel = {"rows": n, "cols": m, "bidir": 2 * max(n, m)}[params["mode"]]
+    return {"coo": A, "crow": C.crow_indices(), "col": C.col_indices(), "values": A.values(),
+            "G": torch.randn(out_numel, generator=gen).reshape(2, -1) if params["mode"] == "bidir"
+            else torch.randn(out_numel, generator=gen)}
+
+
+def necessary_bytes(op: str, params: dict, inp: dict) -> int:
+    """Output + gradients: what a forward+backward must hold at its end."""
+    if op in ("gather_mm", "segment_mm"):
+        return 4 * (inp["G"].numel() + inp["a"].numel() + inp["b"].numel())
+    return 4 * (inp["G"].numel() + inp["values"].numel())
+
+
+# --------------------------------------------------------------------------- methods
+
+def _leaf(t):
+    return t.detach().clone().requires_grad_(True)
+
+
+def _plain_padded(a, b, rel_sorted, perm, R):
+    """out[i] = a[i] @ b[rel(i)] by torch.bmm over the groups padded to the longest one:
+    rows sorted by relation (perm; None when a already is), scattered into (R, L, D1)."""
+    counts = torch.bincount(rel_sorted, minlength=R)
+    L = int(counts.max()) if rel_sorted.numel() else 0
+    start = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(rel_sorted.numel()) - start[rel_sorted]
+    a_sorted = a if perm is None else a.index_select(0, perm)
+    padded = a.new_zeros(R, L, a.shape[1]).index_put((rel_sorted, pos), a_sorted)
+    out_sorted = torch.bmm(padded, b)[rel_sorted, pos]
+    if perm is None:
+        return out_sorted
+    return torch.zeros_like(out_sorted).index_copy(0, perm, out_sorted)
+
+
+def _plain_gather(a, b, idx):
+    perm = torch.argsort(idx, stable=True)
+    return _plain_padded(a, b, idx.index_select(0, perm), perm, b.shape[0])
+
+
+def _plain_lse(values, group, ngroups, full):
+    """lse per group with `full - count` zeros per group, max-shifted, by scatter ops."""
+    shift = torch.full((ngroups,), float("-inf")).scatter_reduce(0, group, values.detach(), "amax")
+    count = torch.bincount(group, minlength=ngroups)
+    shift = torch.where(count < full, shift.clamp(min=0), shift)
+    shift = torch.where(shift.isfinite(), shift, torch.zeros_like(shift))
+    s = torch.zeros(ngroups, dtype=values.dtype).scatter_add(0, group, (values - shift[group]).exp())
+    return shift + (s + (full - count) * (-shift).exp()).log()
+
+
+def prepare(method: str, op: str, params: dict, inp: dict):
+    """A harness Prepared: the leaves, the function of them, and the gradients to check."""
+    if op in ("gather_mm", "segment_mm"):
+        a, b = _leaf(inp["a"]), _leaf(inp["b"])
+        groups = inp["idx_b"] if op == "gather_mm" else inp["seglen_a"]
+        if method in ("ours", "published"):
+            import torchsparsegradutils as tsgu
+            f = getattr(tsgu, op)
+            fn = lambda a, b: f(a, b, groups)  # noqa: E731
+        elif method == "plain":
+            fn = ((lambda a, b: _plain_gather(a, b, groups)) if op == "gather_mm"
+                  else (lambda a, b: _plain_padded(a, b, inp["rel_sorted"], None, b.shape[0])))
+        else:
+            raise H.Skip(f"no method {method} for {op}")
+        return H.Prepared([a, b], fn, lambda g: g)
+    mode, (n, m) = params["mode"], inp["coo"].shape
+    vals = _leaf(inp["values"])
+    if method == "plain":
+        rows, cols = inp["coo"].indices()
+
+        def fn(v):
+            if mode == "bidir":
+                G = max(n, m)
+                padded = torch.full((2, G), float("-inf"))
+                return padded.index_put((torch.tensor([0]), torch.arange(m)), _plain_lse(v, cols, m, n)) \
+                    .index_put((torch.tensor([1]), torch.arange(n)), _plain_lse(v, rows, n, m))
+            return _plain_lse(v, rows, n, m) if mode == "rows" else _plain_lse(v, cols, m, n)
+        return H.Prepared([vals], fn, lambda g: g[0])
+    import torchsparsegradutils as tsgu
+    if method == "ours":
+        build = lambda v: tsgu.sparse_csr_tensor(inp["crow"], inp["col"], v, (n, m))  # noqa: E731
+    elif method in ("ours COO", "published"):
+        build = lambda v: torch.sparse_coo_tensor(inp["coo"].indices(), v, (n, m), is_coalesced=True)  # noqa: E731
+    else:
+        raise H.Skip(f"no method {method} for {op}")
+
+    def fn(v):
+        S = build(v)
+        if mode == "bidir":
+            return tsgu.sparse_bidir_logsumexp(S, output_layout="padded")
+        return tsgu.sparse_logsumexp(S, 1 if mode == "rows" else 0)
+    return H.Prepared([vals], fn, lambda g: g[0])
+
+
+# --------------------------------------------------------------------------- reference + check
+
+def reference(op: str, params: dict, inp: dict) -> dict:
+    """Output and gradients in float64: per-relation products on masked rows (a loop
+    over R, for the reference only); log-sum-exp from its definition with scatter ops."""
+    if op in ("gather_mm", "segment_mm"):
+        rel = inp["idx_b"] if op == "gather_mm" else inp["rel_sorted"]
+        a, b, G = inp["a"].double(), inp["b"].double(), inp["G"].double()
+        out, ga, gb = torch.zeros(a.shape[0], b.shape[2], dtype=torch.float64), torch.zeros_like(a), \
+            torch.zeros_like(b)
+        for r in range(b.shape[0]):
+            rows = (rel == r).nonzero().squeeze(1)
+            out[rows] = a[rows] @ b[r]
+            ga[rows] = G[rows] @ b[r].t()
+            gb[r] = a[rows].t() @ G[rows]
+        return {"out": out, "grads": [ga, gb]}
+    v = inp["values"].double().requires_grad_(True)
+    rows, cols = inp["coo"].indices()
+    n, m = inp["coo"].shape
+    mode = params["mode"]
+
+    def lse(group, ngroups, full):
+        mx = torch.full((ngroups,), float("-inf"), dtype=torch.float64).scatter_reduce(0, group, v.detach(), "amax")
+        mx = torch.where(torch.bincount(group, minlength=ngroups) < full, mx.clamp(min=0), mx)
+        s = torch.zeros(ngroups, dtype=torch.float64).scatter_add(0, group, (v - mx[group]).exp())
+        return mx + (s + (full - torch.bincount(group, minlength=ngroups)) * (-mx).exp()).log()
+    if mode == "bidir":
+        out = torch.full((2, max(n, m)), float("-inf"), dtype=torch.float64)
+        out = out.index_put((torch.tensor([0]), torch.arange(m)), lse(cols, m, n))
+        out = out.index_put((torch.tensor([1]), torch.arange(n)), lse(rows, n, m))
+    else:
+        out = lse(rows, n, m) if mode == "rows" else lse(cols, m, n)
+    G = inp["G"].double()
+    (g,) = torch.autograd.grad(out, v, G)
+    return {"out": out.detach(), "grads": [g]}
+
+
+def _rel_err(x, ref):
+    x = x.detach().double().reshape(ref.shape)
+    finite = ref.isfinite()
+    if not torch.equal(finite, x.isfinite()):
+        return float("inf")
+    scale = ref[finite].abs().max().item() if finite.any() else 1.0
+    return (x[finite] - ref[finite]).abs().max().item() / (scale or 1.0) if finite.any() else 0.0
+
+
+def check(prep, inp, ref) -> dict:
+    out = prep.fn(*prep.leaves)
+    res = {"err_out": _rel_err(out, ref["out"])}
+    grads = prep.grad_a_values(torch.autograd.grad(out, prep.leaves, inp["G"]))
+    grads = grads if isinstance(grads, (list, tuple)) else [grads]
+    for i, (g, r) in enumerate(zip(grads, ref["grads"])):
+        res[f"err_grad{i}"] = _rel_err(g, r)
+    res["ok"] = all(v <= 1e-4 for k, v in res.items() if k.startswith("err"))
+    return res
+
+
+# --------------------------------------------------------------------------- worker
+
+def main() -> None:
+    job = json.loads(sys.stdin.read())
+    H.env_threads(job["threads"])
+    if job.get("repo"):        # ours: this repository's package, not an installed one
+        sys.path.insert(0, job["repo"])
+    import torchsparsegradutils as tsgu
+    out = {"module_file": tsgu.__file__, "torch": torch.__version__, "results": []}
+    for case in job["cases"]:
+        inp = make_inputs(case["op"], case["params"])
+        ref = reference(case["op"], case["params"], inp) if job["mode"] == "time" else None
+        for name in job["methods"]:
+            row = {"case": case["id"], "method": name}
+            try:
+                prep = prepare(name, case["op"], case["params"], inp)
+                if job["mode"] == "time":
+                    row["check"] = check(prep, inp, ref)
+                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=1, budget_s=1.0, max_reps=9)
+                else:
+                    row["memory"] = H.peak_memory(prep, inp["G"])
+                    row["memory"]["necessary_bytes"] = necessary_bytes(case["op"], case["params"], inp)
+                del prep
+            except H.Skip as e:
+                row["skip"] = str(e)
+            except Exception as e:  # noqa: BLE001 - reported, not hidden
+                row["error"] = f"{type(e).__name__}: {e}"
+                row["traceback"] = traceback.format_exc(limit=3)
+            out["results"].append(row)
+            print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
+        del inp, ref
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

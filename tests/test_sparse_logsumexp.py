@@ -1,0 +1,290 @@
+"""Tests of sparse_logsumexp against torch.logsumexp on the dense tensor, with autograd.
+
+Reference: the dense tensor (absent entries 0, or -inf with include_zeros=False)
+through torch.logsumexp; gradients of the stored values compared with the dense
+gradient at their positions.  The helpers here serve test_sparse_bidir_logsumexp too.
+"""
+import pytest
+import torch
+
+from torchsparsegradutils import _C, _kernels, sparse_csr_tensor, sparse_logsumexp
+
+HAS_CUDA = torch.cuda.is_available()
+DTYPES = [torch.float32, torch.float64]
+LAYOUTS = ["coo", "coo_uncoalesced", "csr", "csc"]
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-12, rtol=1e-12)}
+
+
+def random_dense(shape, dtype, seed, density=0.4, scale=1.0):
+    """Values at about `density` of the cells, with an empty row and an empty column."""
+    gen = torch.Generator().manual_seed(seed)
+    D = torch.randn(shape, generator=gen, dtype=torch.float64) * scale
+    D = D.masked_fill(torch.rand(shape, generator=gen) >= density, 0.0)
+    if shape[-2] > 2 and shape[-1] > 2:
+        D[..., 1, :] = 0.0
+        D[..., :, 2] = 0.0
+    return D.to(dtype)
+
+
+def to_layout(D, layout, itype=torch.int64):
+    """D dense -> a sparse tensor of the layout; batched CSR/CSC need one pattern per item."""
+    if layout == "csr":
+        A = D.to_sparse_csr()
+        return torch.sparse_csr_tensor(A.crow_indices().to(itype), A.col_indices().to(itype), A.values(), D.shape)
+    if layout == "csc":
+        A = D.to_sparse_csc()
+        return torch.sparse_csc_tensor(A.ccol_indices().to(itype), A.row_indices().to(itype), A.values(), D.shape)
+    A = D.to_sparse().coalesce()
+    if layout == "coo":
+        return A
+    # every entry split in two duplicates, in reversed order
+    idx, val = A.indices(), A.values()
+    U = torch.sparse_coo_tensor(torch.cat([idx, idx], 1).flip(1), torch.cat([val * 0.25, val * 0.75]).flip(0),
+                                D.shape)
+    assert val.numel() == 0 or not U.is_coalesced()
+    return U
+
+
+def dense_reference(D, dim, include_zeros, keepdim=False):
+    if not include_zeros:
+        D = D.masked_fill(D == 0, float("-inf"))
+    return torch.logsumexp(D, dim=dim, keepdim=keepdim)
+
+
+def leaf_sparse(D, layout):
+    """(a function building the sparse tensor in the layout from a leaf values tensor, that leaf)."""
+    A = to_layout(D, layout)
+    if layout == "csr":
+        vals = A.values().clone().requires_grad_()
+        return lambda: sparse_csr_tensor(A.crow_indices(), A.col_indices(), vals, A.shape), vals
+    vals = A._values().clone().requires_grad_()
+    return lambda: torch.sparse_coo_tensor(A._indices(), vals, A.shape), vals
+
+
+def dense_grad_at_entries(D, A, fn):
+    """d fn(dense)/d dense at every stored entry of A (coo/csr), in A's entry order."""
+    Dl = D.clone().requires_grad_()
+    fn(Dl).backward()
+    if A.layout == torch.sparse_csr:
+        pos = A.to_sparse_coo().indices()
+    else:
+        pos = A._indices()
+    return Dl.grad[tuple(pos)]
+
+
+@pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
+def path(request, monkeypatch):
+    """Run a test through the C kernels, or through the PyTorch-ops path that CUDA takes."""
+    monkeypatch.setattr(_kernels, "_force_torch_ops", request.param)
+    return request.param
+
+
+CASES_2D = [0, 1, -1, [0, 1], (-2, -1)]
+CASES_3D = [1, 2, -1, [1, 2], [2, 1]]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("include_zeros", [True, False], ids=["zeros", "no_zeros"])
+@pytest.mark.parametrize("keepdim", [False, True], ids=["", "keepdim"])
+def test_matches_dense_2d(path, layout, dtype, include_zeros, keepdim):
+    D = random_dense((7, 5), dtype, seed=0)
+    for itype in (torch.int32, torch.int64) if layout in ("csr", "csc") else (torch.int64,):
+        A = to_layout(D, layout, itype)
+        for dim in CASES_2D:
+            out = sparse_logsumexp(A, dim, keepdim=keepdim, include_zeros=include_zeros)
+            torch.testing.assert_close(out, dense_reference(D, dim, include_zeros, keepdim), **TOL[dtype])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("include_zeros", [True, False], ids=["zeros", "no_zeros"])
+def test_matches_dense_batched(path, layout, dtype, include_zeros):
+    D = random_dense((3, 6, 4), dtype, seed=1)
+    if layout in ("csr", "csc"):
+        D = D[0].expand(3, 6, 4) * torch.tensor([1.0, -2.0, 3.0], dtype=dtype)[:, None, None]  # one pattern
+    else:
+        D[2] = 0.0  # a whole empty item
+    A = to_layout(D, layout)
+    for dim in CASES_3D:
+        for keepdim in (False, True):
+            out = sparse_logsumexp(A, dim, keepdim=keepdim, include_zeros=include_zeros)
+            torch.testing.assert_close(out, dense_reference(D, dim, include_zeros, keepdim), **TOL[dtype])
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0, 0), (3, 5), (2, 0, 3), (2, 3, 0), (0, 3, 3)], ids=str)
+def test_empty(path, shape):
+    D = torch.zeros(shape, dtype=torch.float64)
+    A = to_layout(D, "coo")
+    dims = CASES_2D if len(shape) == 2 else CASES_3D
+    for dim in dims:
+        for include_zeros in (True, False):
+            out = sparse_logsumexp(A, dim, include_zeros=include_zeros)
+            torch.testing.assert_close(out, dense_reference(D, dim, include_zeros))
+
+
+def test_large_values_and_infinities(path):
+    D = torch.tensor([[-1000.0, 1000.0, 0.0, 0.0], [-1000.0, -999.0, 0.0, 0.0],
+                      [float("inf"), 1.0, 0.0, 0.0], [float("-inf"), 0.0, 0.0, 0.0]], dtype=torch.float64)
+    for layout in LAYOUTS:
+        A = to_layout(D, layout) if layout != "coo_uncoalesced" else to_layout(D.masked_fill(D.isinf(), 5), layout)
+        Dref = A.to_dense()
+        for dim in CASES_2D:
+            for include_zeros in (True, False):
+                out = sparse_logsumexp(A, dim, include_zeros=include_zeros)
+                ref = dense_reference(Dref, dim, include_zeros)
+                if include_zeros is False:   # stored -inf is a value, not an absent entry
+                    ref = torch.logsumexp(Dref.masked_fill((Dref == 0) & ~Dref.isinf(), float("-inf")), dim=dim)
+                torch.testing.assert_close(out, ref)
+
+
+def test_float32_large_values(path):
+    D = random_dense((20, 30), torch.float32, seed=2, scale=300.0)
+    A = to_layout(D, "csr")
+    for dim in CASES_2D:
+        torch.testing.assert_close(sparse_logsumexp(A, dim), dense_reference(D, dim, True), atol=1e-3, rtol=1e-6)
+
+
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr"])
+@pytest.mark.parametrize("include_zeros", [True, False], ids=["zeros", "no_zeros"])
+@pytest.mark.parametrize("shape", [(6, 5), (3, 5, 4)], ids=str)
+def test_gradient_matches_dense(path, layout, include_zeros, shape):
+    D = random_dense(shape, torch.float64, seed=3)
+    if len(shape) == 3 and layout == "csr":
+        D = D[0].expand(shape) * 1.5
+    make, vals = leaf_sparse(D, layout)
+    dims = CASES_2D if len(shape) == 2 else CASES_3D
+    for dim in dims:
+        vals.grad = None
+        A = make()
+        weight = torch.randn(dense_reference(D, dim, include_zeros).shape, dtype=D.dtype,
+                             generator=torch.Generator().manual_seed(4))
+        (sparse_logsumexp(A, dim, include_zeros=include_zeros) * weight).sum().backward()
+        # with include_zeros=False the reference's absent entries are -inf: its gradient at
+        # the stored positions is the same softmax
+        expected = dense_grad_at_entries(D, A.detach(),
+                                         lambda X: (dense_reference(X, dim, include_zeros) * weight).sum())
+        if layout == "coo_uncoalesced":
+            torch.testing.assert_close(vals.grad, expected)  # every duplicate gets the entry's gradient
+        else:
+            torch.testing.assert_close(vals.grad.reshape(-1), expected)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_gradcheck(path, layout):
+    D = random_dense((3, 5, 4), torch.float64, seed=5)
+    if layout == "csr":
+        D = D[0].expand(3, 5, 4) * torch.tensor([1.0, 2.0, -1.0], dtype=torch.float64)[:, None, None]
+    A = to_layout(D, layout)
+    vals = (A.values() if layout == "csr" else A._values()).clone().requires_grad_()
+
+    def build(v):
+        return (sparse_csr_tensor(A.crow_indices(), A.col_indices(), v, A.shape) if layout == "csr"
+                else torch.sparse_coo_tensor(A._indices(), v, A.shape))
+
+    def fn(v):
+        # empty groups are -inf without zeros: constant, so 0 for the finite differences
+        return tuple(torch.nan_to_num(sparse_logsumexp(build(v), dim, include_zeros=z), neginf=0.0)
+                     for dim in CASES_3D for z in (True, False))
+
+    assert torch.autograd.gradcheck(fn, (vals,))
+
+
+def test_same_bits_for_any_thread_count():
+    gen = torch.Generator().manual_seed(6)
+    n, m, nnz = 3000, 2500, 400000          # above the threading thresholds of every kernel
+    idx = torch.stack([torch.randint(0, n, (nnz,), generator=gen), torch.randint(0, m, (nnz,), generator=gen)])
+    A = torch.sparse_coo_tensor(idx, torch.randn(nnz, generator=gen), (n, m)).coalesce()
+    results = []
+    old = torch.get_num_threads()
+    try:
+        for nt in (1, 2, 5):
+            torch.set_num_threads(nt)
+            vals = A.values().clone().requires_grad_()
+            S = torch.sparse_coo_tensor(A.indices(), vals, A.shape, is_coalesced=True)
+            outs = [sparse_logsumexp(S, dim) for dim in (0, 1, [0, 1])]
+            sum(o.sum() for o in outs).backward()
+            results.append(outs + [vals.grad])
+    finally:
+        torch.set_num_threads(old)
+    for other in results[1:]:
+        for x, y in zip(results[0], other):
+            assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_inplace_edit_detected(layout):
+    D = random_dense((5, 4), torch.float64, seed=7)
+    make, vals = leaf_sparse(D, layout)
+    out = sparse_logsumexp(make(), 1)
+    with torch.no_grad():
+        vals.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_inputs_unchanged():
+    D = random_dense((6, 5), torch.float32, seed=8)
+    for layout in LAYOUTS:
+        A = to_layout(D, layout)
+        before = A.to_dense().clone()
+        sparse_logsumexp(A, 0)
+        sparse_logsumexp(A, [0, 1])
+        assert torch.equal(A.to_dense(), before)
+
+
+def test_errors():
+    A = random_dense((4, 3), torch.float64, seed=9).to_sparse()
+    with pytest.raises(NotImplementedError, match="2-D or batched 3-D"):
+        sparse_logsumexp(torch.zeros(2, 2, 2, 2).to_sparse(), 1)
+    with pytest.raises(NotImplementedError, match="layout"):
+        sparse_logsumexp(A.to_dense(), 1)
+    with pytest.raises(NotImplementedError, match="batch dimension"):
+        sparse_logsumexp(torch.stack([A, A]), [0, 1])
+    with pytest.raises(ValueError, match="dense dimensions"):
+        sparse_logsumexp(A.to_dense().to_sparse(1), 1)
+    with pytest.raises(TypeError, match="float32 and float64"):
+        sparse_logsumexp(A.half(), 1)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        sparse_logsumexp(A, 2)
+    with pytest.raises(RuntimeError, match="empty"):
+        sparse_logsumexp(A, [])
+    with pytest.raises(RuntimeError, match="repeated"):
+        sparse_logsumexp(A, [1, -1])
+
+
+def test_malformed_structure_is_a_value_error():
+    ptr, vals = torch.tensor([0, 1, 3]), torch.tensor([1.0, 2.0, 3.0])
+    for col in (torch.tensor([0, 1, 3]), torch.tensor([0, 2, 1]), torch.tensor([0, -1, 1])):
+        A = torch.sparse_csr_tensor(ptr, col, vals, (2, 3))
+        for dim in (0, 1, [0, 1]):
+            with pytest.raises(ValueError, match="malformed sparse matrix"):
+                sparse_logsumexp(A, dim)
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_logsumexp(torch.sparse_csr_tensor(torch.tensor([0, 2, 1]), torch.tensor([0]), vals[:1], (2, 3)), 0)
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_logsumexp(torch.sparse_coo_tensor(torch.tensor([[0, 2]]).t(), vals[:1], (2, 2)), 1)
+
+
+def test_kernels_check_their_outputs():
+    A = to_layout(random_dense((4, 3), torch.float64, seed=10), "csr")
+    args = (A.crow_indices(), A.col_indices(), A.values(), 1, 4, 3, True)
+    with pytest.raises(ValueError, match="at least 4 columns"):
+        _C.lse_rows(*args, torch.empty(1, 3, dtype=torch.float64), None, 1)
+    with pytest.raises(TypeError, match="dtype"):
+        _C.lse_cols(*args, torch.empty(1, 3, dtype=torch.float32), 1)
+    with pytest.raises(ValueError, match="shape"):
+        _C.lse_grad(*args[:6], None, None, None, None, torch.empty(1, A._nnz() + 1, dtype=torch.float64), 1)
+    with pytest.raises(ValueError, match="pairs"):
+        _C.lse_grad(*args[:6], torch.zeros(1, 4, dtype=torch.float64), None, None, None,
+                    torch.empty(1, A._nnz(), dtype=torch.float64), 1)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+def test_cuda_matches_cpu():
+    D = random_dense((3, 6, 4), torch.float64, seed=11)
+    A = to_layout(D, "coo")
+    for dim in CASES_3D:
+        for include_zeros in (True, False):
+            torch.testing.assert_close(sparse_logsumexp(A.cuda(), dim, include_zeros=include_zeros).cpu(),
+                                       sparse_logsumexp(A, dim, include_zeros=include_zeros))
