@@ -535,7 +535,7 @@ OPS = [
                              "idx = torch.tensor([0, 2**31 - 1, 1, 0], dtype=torch.int32)\ninputs = [a, b, idx]\n"
                              "call = lambda: gather_mm(a, b, idx)",
        }, malformed_match="",
-       large=Spec(n=20000, m=32, p=32)),
+       large=Spec(n=20000, m=32, p=32), sparse_input=False),
     Op("segment_mm", _make_segment_mm, layouts=("dense",), batched=False, itypes=(torch.int64,),
        must_raise=("a", "b"),
        malformed={
@@ -549,7 +549,7 @@ OPS = [
                           "s = torch.tensor([2**62, 4 - 2**62, 0])\ninputs = [a, b, s]\n"
                           "call = lambda: segment_mm(a, b, s)",
        }, malformed_match="",
-       large=Spec(n=20000, m=32, p=32)),
+       large=Spec(n=20000, m=32, p=32), sparse_input=False),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}
 
