@@ -165,5 +165,125 @@ def test_operator_errors():
         lsmr(lambda v: v, torch.ones(3), n=3)
     with pytest.raises(TypeError, match="n \\(the number of columns"):
         lsmr(lambda v: v, torch.ones(3), Armat=lambda v: v)
-    with pytest.raises(ValueError, match="n_tridiag"):
+    with pytest.raises(ValueError, match="n_tridiag must be in"):
         linear_cg(torch.eye(3), torch.ones(3), n_tridiag=2)
+    with pytest.raises(RuntimeError, match="max_tridiag_iter"):
+        linear_cg(torch.eye(3), torch.ones(3), n_tridiag=1, max_iter=2, max_tridiag_iter=3)
+    with pytest.raises(ValueError, match="initial_guess must share"):
+        linear_cg(torch.eye(3), torch.ones(3), initial_guess=torch.ones(3, dtype=torch.float64))
+    # not a tensor nor a callable: a TypeError, and a RuntimeError as the release raised
+    for solver in (lambda op: linear_cg(op, torch.ones(3)), lambda op: bicgstab(op, torch.ones(3))):
+        with pytest.raises(TypeError):
+            solver(object())
+        with pytest.raises(RuntimeError, match="matmul_closure must be a tensor"):
+            solver(object())
+
+
+def _lanczos(A, v, steps):
+    """Reference Lanczos tridiagonal matrix of A from v, with full reorthogonalization."""
+    Q = [v / torch.linalg.norm(v)]
+    alphas, betas = [], []
+    for k in range(steps):
+        w = A @ Q[-1]
+        alphas.append(torch.dot(Q[-1], w))
+        for q in Q:                                   # full reorthogonalization (twice is enough)
+            w = w - torch.dot(q, w) * q
+        for q in Q:
+            w = w - torch.dot(q, w) * q
+        if k + 1 < steps:
+            betas.append(torch.linalg.norm(w))
+            Q.append(w / betas[-1])
+    return torch.diag(torch.stack(alphas)) + torch.diag(torch.stack(betas), 1) + torch.diag(torch.stack(betas), -1)
+
+
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
+def test_linear_cg_tridiagonal_is_the_lanczos_matrix(layout):
+    A, D = spd(12, layout, seed=5)
+    B = torch.randn(12, 4, dtype=torch.float64)
+    steps = 6
+    X, T = linear_cg(A, B, n_tridiag=3, max_tridiag_iter=steps, tolerance=1e-11)
+    assert T.shape == (3, steps, steps)
+    for j in range(3):
+        torch.testing.assert_close(T[j], _lanczos(D, B[:, j], steps), rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(X, torch.linalg.solve(D, B), **F64)
+
+
+def test_linear_cg_tridiagonal_batched_preconditioned_and_full_size():
+    torch.manual_seed(6)
+    M = torch.randn(2, 8, 8, dtype=torch.float64)
+    D = M @ M.mT + 8 * torch.eye(8, dtype=torch.float64)
+    B = torch.randn(2, 8, 3, dtype=torch.float64)
+    d = D.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
+    X, T = linear_cg(D, B, n_tridiag=2, max_tridiag_iter=8, tolerance=1e-12, max_iter=8,
+                     preconditioner=lambda r: r / d)
+    assert T.shape == (2, 2, 8, 8)
+    # the full Lanczos matrix of M^{-1} A has its spectrum: that of M^{-1/2} A M^{-1/2}
+    s = d.squeeze(-1).rsqrt()
+    ref = torch.linalg.eigvalsh(s.unsqueeze(-1) * D * s.unsqueeze(-2))
+    for j in range(2):
+        torch.testing.assert_close(torch.linalg.eigvalsh(T[j]), ref, rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(X, torch.linalg.solve(D, B), **F64)
+
+
+def test_linear_cg_tridiagonal_stops_growing_when_a_probe_converges():
+    # three distinct eigenvalues: CG (and Lanczos) end after three steps
+    torch.manual_seed(7)
+    Q, _ = torch.linalg.qr(torch.randn(10, 10, dtype=torch.float64))
+    ev = torch.tensor([1.0, 2.0, 5.0], dtype=torch.float64).repeat_interleave(torch.tensor([3, 3, 4]))
+    D = Q @ torch.diag(ev) @ Q.T
+    b = torch.randn(10, dtype=torch.float64)
+    x, T, info = linear_cg(D, b, n_tridiag=1, max_tridiag_iter=10, tolerance=1e-10, return_info=True)
+    assert T.shape == (1, 3, 3) and info.reason == "converged" and info.iterations == 3
+    torch.testing.assert_close(torch.linalg.eigvalsh(T[0]), torch.tensor([1.0, 2.0, 5.0], dtype=torch.float64))
+
+
+def test_linear_cg_sparse_operator_on_batched_rhs():
+    A, D = spd(10, torch.sparse_csr, seed=8)
+    B = torch.randn(3, 10, 2, dtype=torch.float64)
+    torch.testing.assert_close(linear_cg(A, B, tolerance=1e-11), torch.linalg.solve(D, B), **F64)
+
+
+def test_bicgstab_budget_precon_and_breakdown():
+    A, D = nonsymmetric(30)
+    B = torch.randn(30, 3, dtype=torch.float64)
+    calls = []
+
+    def op(x):
+        calls.append(x.shape)
+        return D @ x
+    with pytest.warns(ConvergenceWarning) as caught:
+        bicgstab(op, B, settings=BICGSTABSettings(matvec_max=5, reltol=1e-14, abstol=0))
+    assert len(caught) == 1                               # one warning for all the columns
+    assert len(calls) == 3 * 5 and set(calls) == {(30,)}  # the budget is per column, on (n,) vectors
+    # a tensor preconditioner (the inverse diagonal) applies M^{-1}
+    Minv = torch.diag(1 / D.diagonal())
+    X = bicgstab(A, B, settings=BICGSTABSettings(reltol=1e-12, abstol=0, precon=Minv.to_sparse()))
+    torch.testing.assert_close(X, torch.linalg.solve(D, B), **F64)
+    # rhat^T A p = 0 at the first step: a breakdown is reported, never NaN
+    swap = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    with pytest.warns(ConvergenceWarning, match="bicgstab did not converge"):
+        x = bicgstab(swap, torch.tensor([1.0, 0.0], dtype=torch.float64))
+    assert bool(torch.isfinite(x).all())
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_lsmr_complex_matches_scipy(sparse):
+    sla = pytest.importorskip("scipy.sparse.linalg")
+    g = torch.Generator().manual_seed(9)
+    D = torch.complex(torch.randn(12, 7, dtype=torch.float64, generator=g),
+                      torch.randn(12, 7, dtype=torch.float64, generator=g))
+    b = torch.complex(torch.randn(12, dtype=torch.float64, generator=g), torch.randn(12, dtype=torch.float64,
+                                                                                    generator=g))
+    x, _ = lsmr(D.to_sparse() if sparse else D, b, atol=1e-12, btol=1e-12, maxiter=100)
+    ref = sla.lsmr(D.numpy(), b.numpy(), atol=1e-12, btol=1e-12, maxiter=100)[0]
+    torch.testing.assert_close(x, torch.from_numpy(ref), rtol=1e-8, atol=1e-10)
+    # the least-squares optimality condition A^H (b - A x) = 0 (A^T would not vanish)
+    assert float(torch.linalg.norm(D.mH @ (b - D @ x))) < 1e-9
+
+
+def test_lsmr_row_rhs():
+    A, D = nonsymmetric(10)
+    b = torch.randn(1, 10, dtype=torch.float64)
+    x, _ = lsmr(A, b, atol=1e-12, btol=1e-12, maxiter=200)
+    assert x.shape == (1, 10)
+    torch.testing.assert_close(x[0], torch.linalg.solve(D, b[0]), **F64)

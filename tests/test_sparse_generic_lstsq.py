@@ -77,3 +77,16 @@ def test_cuda():
     torch.testing.assert_close(X.cpu(), torch.linalg.lstsq(D, B).solution, **TOL)
     X.sum().backward()
     assert A.grad.is_cuda
+
+
+@pytest.mark.parametrize("shape", [(2, 1), (5, 1), (3, 2)])
+def test_right_hand_side_without_columns(shape):
+    """B of shape (m, 0): X of shape (n, 0) and empty gradients, as torch.linalg.lstsq gives."""
+    D = torch.zeros(shape, dtype=torch.float64)
+    D[: shape[1], : shape[1]] = 3 * torch.eye(shape[1], dtype=torch.float64)
+    A = D.to_sparse().requires_grad_()
+    B = torch.zeros(shape[0], 0, dtype=torch.float64, requires_grad=True)
+    X = sparse_generic_lstsq(A, B)
+    assert X.shape == (shape[1], 0)
+    X.sum().backward()
+    assert B.grad.shape == B.shape and A.grad._nnz() == A._nnz() and torch.all(A.grad._values() == 0)

@@ -142,3 +142,21 @@ def test_cuda():
     torch.testing.assert_close(X.cpu(), torch.linalg.solve(D, B), **TOL)
     X.sum().backward()
     assert A.grad.is_cuda and A.grad.layout == torch.sparse_csr
+
+
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
+def test_finding3_inplace_edit_of_values_raises(layout):
+    """Issue 7, finding 3: v.mul_(3) on the values A was built from, between forward
+    and backward, raises autograd's version-counter error (was a silently wrong gradient)."""
+    S, _ = spd(8, layout, seed=5)
+    v = S.values().clone().requires_grad_()
+    if layout == torch.sparse_csr:
+        A = sparse_csr_tensor(S.crow_indices(), S.col_indices(), v, S.shape)
+    else:
+        A = torch.sparse_coo_tensor(S.indices(), v, S.shape)
+    B = torch.randn(8, 2, dtype=torch.float64, requires_grad=True)
+    X = sparse_generic_solve(A, B, solve=linear_cg, tolerance=1e-12)
+    with torch.no_grad():
+        v.mul_(3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        X.sum().backward()

@@ -153,3 +153,75 @@ def test_strict_lower_position_matches_enumeration():
     t = torch.tensor([10**12 - 1, 4 * 10**11 + 7])
     i, j = _strict_lower_position(t)
     assert torch.equal(i * (i - 1) // 2 + j, t) and bool(((j >= 0) & (j < i)).all())
+
+
+def test_release_names_exported():
+    for name in ["convert_coo_to_csr_indices_values", "mean_hotelling_t2_test", "cov_nagao_test",
+                 "generate_random_sparse_coo_matrix", "generate_random_sparse_csr_matrix",
+                 "generate_random_sparse_strictly_triangular_coo_matrix",
+                 "generate_random_sparse_strictly_triangular_csr_matrix",
+                 "generate_random_sparse_triangular_coo_matrix", "generate_random_sparse_triangular_csr_matrix"]:
+        assert name in U.__all__ and callable(getattr(U, name))
+
+
+@pytest.mark.parametrize("rows", [2, 3])
+def test_sort_coo_indices_against_numpy_lexsort(rows):
+    np = pytest.importorskip("numpy")
+    from torchsparsegradutils.utils.utils import _sort_coo_indices
+    g = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, 4, (rows, 50), generator=g)          # with repeated columns
+    sorted_idx, perm = _sort_coo_indices(idx)
+    ref = np.lexsort(idx.numpy()[::-1])          # stable; the last key is the primary one
+    assert torch.equal(perm, torch.from_numpy(ref)) and torch.equal(sorted_idx, idx[:, perm])
+    big = torch.tensor([[2**40, 0, 2**40], [1, 5, 0]])           # no overflow from large indices
+    assert _sort_coo_indices(big)[1].tolist() == [1, 2, 0]
+
+
+@pytest.mark.parametrize("batch", [None, 3])
+def test_convert_coo_to_csr_indices_values_against_scipy(batch):
+    sp = pytest.importorskip("scipy.sparse")
+    from torchsparsegradutils.utils import convert_coo_to_csr_indices_values
+    torch.manual_seed(0)
+    A = rand_sparse((batch, 7, 5) if batch else (7, 5), 12, values_dtype=torch.float64)
+    shuffle = torch.randperm(A._nnz())
+    idx, vals = A.indices()[:, shuffle], A.values()[shuffle]
+    crow, col, v = convert_coo_to_csr_indices_values(idx, 7, vals)
+    _, _, perm = convert_coo_to_csr_indices_values(idx, 7)
+    torch.testing.assert_close(vals[perm].reshape(v.shape), v)
+    items = range(batch) if batch else [None]
+    for b in items:
+        sel = idx[0] == b if batch else slice(None)
+        r, c = idx[-2][sel].numpy(), idx[-1][sel].numpy()
+        S = sp.coo_matrix((vals[sel].numpy(), (r, c)), shape=(7, 5)).tocsr()
+        S.sort_indices()
+        k = b if batch else slice(None)
+        assert crow[k].tolist() == S.indptr.tolist() and col[k].tolist() == S.indices.tolist()
+        assert v[k].tolist() == S.data.tolist()
+    with pytest.raises(ValueError, match="num_rows"):
+        convert_coo_to_csr_indices_values(idx, 3)
+
+
+def test_compress_and_decompress_rows():
+    from torchsparsegradutils.utils.utils import _compress_row_indices, _demcompress_crow_indices
+    rows = torch.tensor([0, 0, 2, 2, 2, 4], dtype=torch.int32)
+    crow = _compress_row_indices(rows, 5)
+    assert crow.tolist() == [0, 2, 2, 5, 5, 6] and crow.dtype == torch.int32
+    assert torch.equal(_demcompress_crow_indices(crow, 5), rows)
+    with pytest.raises(ValueError, match="row_indices must lie"):
+        _compress_row_indices(rows, 4)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        _compress_row_indices(rows.float(), 5)
+
+
+def test_generator_names_and_checks():
+    from torchsparsegradutils.utils import random_sparse as R
+    L = R.generate_random_sparse_triangular_csr_matrix((2, 6, 6), 10, upper=False, indices_dtype=torch.int32)
+    D = L.to_dense()
+    assert torch.equal(D, D.tril()) and (D.diagonal(dim1=-2, dim2=-1) != 0).all()
+    S = R.generate_random_sparse_strictly_triangular_coo_matrix((6, 6), 7, value_range=(2.0, 3.0)).to_dense()
+    assert torch.equal(S, S.triu(1)) and ((S == 0) | ((S >= 2) & (S < 3))).all()
+    with pytest.raises(ValueError, match="indices_dtype"):
+        R.generate_random_sparse_coo_matrix((4, 4), 3, indices_dtype=torch.int16)
+    # well_conditioned applies to square matrices only; a non-square one is drawn as usual
+    A = rand_sparse((4, 6), 10, well_conditioned=True)
+    assert A.shape == (4, 6) and A._nnz() == 10

@@ -31,7 +31,7 @@ def _dense_for_c(X: torch.Tensor) -> torch.Tensor:
 
 def _item_rows(X: torch.Tensor) -> torch.Tensor:
     """X (.., rows, p) as the 2D (b*rows, p) stack of its batch items."""
-    return X.reshape(-1, X.shape[-1])
+    return X.reshape(X.shape[:-1].numel(), X.shape[-1])
 
 
 def _on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:

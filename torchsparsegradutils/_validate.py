@@ -8,6 +8,8 @@ tracebacks print.
 """
 import torch
 
+from ._csr import SparseCSR
+
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
 
@@ -21,7 +23,8 @@ def error(cls, message: str, detail: str = "") -> Exception:
 
 def eager_only(fn):
     """fn, run eagerly under torch.compile: Dynamo cannot trace torch sparse tensors
-    (pytorch#169119), so it breaks the graph at the call instead of failing inside it."""
+    (pytorch#169119), so it breaks the graph at the call, and traces nothing inside
+    it, instead of failing there."""
     return torch.compiler.disable(fn)
 
 
@@ -35,10 +38,12 @@ def check_no_functorch(name: str) -> None:
 
 
 def check_operands(A, B, name: str) -> None:
-    """A sparse COO/CSR (n, m) or (b, n, m) without dense dims; B strided with A's rank,
-    batch size, device and dtype (float32/float64).  Shapes beyond that are the op's to check."""
-    check_no_functorch(name)
-    if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
+    """A sparse COO/CSR (n, m) or (b, n, m) without dense dims, or a SparseCSR; B strided
+    with A's rank, batch size, device and dtype (float32/float64).  Shapes beyond that
+    are the op's to check."""
+    if not isinstance(A, SparseCSR):
+        check_no_functorch(name)
+    if not isinstance(A, (torch.Tensor, SparseCSR)) or not isinstance(B, torch.Tensor):
         raise ValueError("Both A and B should be instances of torch.Tensor")
     if A.dim() < 2 or B.dim() < 2:
         raise ValueError("Both A and B should be at least 2-dimensional tensors")
@@ -52,9 +57,9 @@ def check_operands(A, B, name: str) -> None:
                          f"got {A.dense_dim()}")
     if B.layout != torch.strided:
         raise error(ValueError, "B must be a dense (strided) tensor", f"got {B.layout}")
-    if A.dim() == 3 and A.size(0) != B.size(0):
+    if A.dim() == 3 and A.shape[0] != B.shape[0]:
         raise error(ValueError, "If batched, A and B must have the same batch size",
-                    f"got {A.size(0)} and {B.size(0)}")
+                    f"got {A.shape[0]} and {B.shape[0]}")
     if A.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
     if A.dtype not in SUPPORTED_DTYPES:

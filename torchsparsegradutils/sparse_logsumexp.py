@@ -55,6 +55,12 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
         Values other than float32/float64.
     IndexError / RuntimeError
         ``dim`` out of range / empty or repeated, as :func:`torch.logsumexp`.
+
+    >>> A = torch.tensor([[0.0, 2.0], [1.0, 0.0]]).to_sparse()
+    >>> sparse_logsumexp(A, dim=1, include_zeros=False)          # absent entries are -inf
+    tensor([2., 1.])
+    >>> torch.allclose(sparse_logsumexp(A, dim=1), torch.logsumexp(A.to_dense(), dim=1))
+    True
     """
     _check_input(input, "sparse_logsumexp")
     dims = _normalise_dims(dim, input.dim())
@@ -98,6 +104,11 @@ def sparse_bidir_logsumexp(input: Tensor, keepdim: bool = False, include_zeros: 
     ------
     As :func:`sparse_logsumexp`, and ``ValueError`` for an unknown
     ``output_layout`` or ``keepdim=True`` with a layout other than ``"tuple"``.
+
+    >>> A = torch.tensor([[0.0, 2.0], [1.0, 0.0]]).to_sparse()
+    >>> cols, rows = sparse_bidir_logsumexp(A, include_zeros=False)
+    >>> cols, rows
+    (tensor([1., 2.]), tensor([2., 1.]))
     """
     _check_input(input, "sparse_bidir_logsumexp")
     if output_layout not in ("tuple", "padded", "nested"):

@@ -48,6 +48,11 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
         rows; different devices.
     TypeError
         A not COO/CSR, B not strided, values not float32/float64 or of different dtypes.
+
+    >>> A = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], dtype=torch.float64).to_sparse()
+    >>> x = sparse_generic_lstsq(A, torch.tensor([1.0, 2.0, 2.0], dtype=torch.float64))
+    >>> torch.allclose(x, torch.tensor([1.0, 1.0], dtype=torch.float64))
+    True
     """
     check_system(A, B, "sparse_generic_lstsq", lambda s: s[0] >= s[1],
                  "A should be a tall full-rank matrix (rows >= columns)")
@@ -77,12 +82,17 @@ def _default_transpose_lstsq(A: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     return lsmr(Atv, G, Armat=Av, n=A.shape[0], **_lsmr_options(A, A.shape[1]))[0]
 
 
-def _like(X, shape, dtype) -> torch.Tensor:
+def _solve(solver, A: torch.Tensor, B: torch.Tensor, rows: int) -> torch.Tensor:
+    """solver(A, B) as a (rows, B's columns) tensor of B's dtype; no call when B has no
+    columns (the answer is empty, and solvers mishandle it)."""
+    if B.shape[1] == 0:
+        return B.new_zeros(rows, 0)
+    X = solver(A, B)
     if isinstance(X, (tuple, list)):
         X = X[0]
     if not isinstance(X, torch.Tensor):
         raise TypeError(f"the least-squares solver must return a tensor, got {type(X).__name__}")
-    return X.to(dtype).reshape(shape)
+    return X.to(B.dtype).reshape(rows, B.shape[1])
 
 
 class SparseGenericLstsq(torch.autograd.Function):
@@ -91,7 +101,7 @@ class SparseGenericLstsq(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, B, lstsq, transpose_lstsq):
         Ad = A.detach()
-        X = _like(lstsq(Ad, B.detach()), (A.shape[1], B.shape[1]), B.dtype)
+        X = _solve(lstsq, Ad, B.detach(), A.shape[1])
         ctx.solvers = (lstsq, transpose_lstsq)
         save_operand(ctx, A, as_csr(Ad), True, B, X)
         return X
@@ -102,11 +112,10 @@ class SparseGenericLstsq(torch.autograd.Function):
         view, _, (B, X) = load_operand(ctx)
         lstsq, transpose_lstsq = ctx.solvers
         A = view.to_torch()
-        m, p = A.shape[0], G.shape[1]
-        grad_B = _like(transpose_lstsq(A, G), (m, p), G.dtype)
+        grad_B = _solve(transpose_lstsq, A, G, A.shape[0])
         grad_A = None
         if ctx.needs_input_grad[0]:
-            Y = _like(lstsq(A, grad_B), (A.shape[1], p), G.dtype)
+            Y = _solve(lstsq, A, grad_B, A.shape[1])
             R = B - sparse_mm(A, X)
             g = _kernels.sddmm(view, R, Y) - _kernels.sddmm(view, grad_B, X)
             grad_A = view.grad_like(g)

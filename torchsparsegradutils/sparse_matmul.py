@@ -1,13 +1,12 @@
 """sparse_mm: sparse A times dense B, with a gradient for A that stays sparse."""
 import torch
 
-from . import _differentiable, _kernels
-from ._csr import as_csr, load_operand, save_operand
+from . import _kernels, _ops
+from ._csr import SparseCSR, as_csr, load_operand, save_operand
 from ._validate import check_operands, eager_only
 
 
-@eager_only
-def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     r"""Sparse @ dense, ``C = A @ B``, whose gradient w.r.t. ``A`` is sparse.
 
     A drop-in for :func:`torch.sparse.mm` with the contract of the published
@@ -16,7 +15,8 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     A : sparse COO or CSR tensor, shape ``(n, m)`` or batched ``(b, n, m)``
-        (COO with three sparse dimensions, or batched CSR), float32 or float64.
+        (COO with three sparse dimensions, or batched CSR), float32 or float64;
+        or a :class:`~torchsparsegradutils.SparseCSR` (what ``torch.compile`` traces).
     B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device.
 
     Returns
@@ -30,7 +30,16 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     positions ``(i, j)``.  Neither the dense ``G @ B^T`` (n x m) nor any
     nnz x p temporary is ever built.  For an uncoalesced COO ``A`` the gradient
     is returned on the coalesced pattern (a duplicated entry is one matrix
-    entry, and gets its derivative once).
+    entry, and gets its derivative once).  For a ``SparseCSR`` the gradient
+    goes to its ``values``.
+
+    Under ``torch.compile`` a ``SparseCSR`` operand is traced (the kernels are
+    custom operators); a torch sparse tensor breaks the graph there and runs eagerly.
+
+    >>> A = torch.tensor([[1.0, 0.0], [2.0, 3.0]]).to_sparse_csr().requires_grad_()
+    >>> sparse_mm(A, torch.ones(2, 2)).sum().backward()
+    >>> A.grad.values()
+    tensor([2., 2., 2.])
 
     Raises
     ------
@@ -42,10 +51,22 @@ def sparse_mm(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     TypeError
         Values of a dtype other than float32/float64, or A and B of different dtypes.
     """
-    check_operands(A, B, "sparse_mm")
-    if A.size(-1) != B.size(-2):
-        raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-1)}] vs B[..., {B.size(-2)}]")
+    if not isinstance(A, SparseCSR):
+        return _sparse_mm_torch(A, B)
+    _check(A, B)
+    return _ops.spmm(A.view(), A.values, B)
+
+
+@eager_only
+def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    _check(A, B)
     return SparseMatMul.apply(A, B)
+
+
+def _check(A, B) -> None:
+    check_operands(A, B, "sparse_mm")
+    if A.shape[-1] != B.shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-1]}] vs B[..., {B.shape[-2]}]")
 
 
 class SparseMatMul(torch.autograd.Function):
@@ -65,9 +86,9 @@ class SparseMatMul(torch.autograd.Function):
         grad_A = grad_B = None
         if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
             if ctx.needs_input_grad[0]:
-                grad_A = view.grad_like(_differentiable.sddmm(view, G, B))
+                grad_A = view.grad_like(_ops.sddmm(view, G, B))
             if ctx.needs_input_grad[1]:
-                grad_B = _differentiable.spmm_t(view, _values_of(A, view.values), G)
+                grad_B = _ops.spmm_t(view, _values_of(A, view.values), G)
             return grad_A, grad_B
         if ctx.needs_input_grad[0]:
             grad_A = view.grad_like(_kernels.sddmm(view, G, B))

@@ -10,14 +10,12 @@ from typing import Callable, Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _kernels, _solve_kernels
-from ._differentiable import sddmm
-from ._csr import as_csr, load_operand, save_operand
+from . import _kernels, _ops, _solve_kernels
+from ._csr import SparseCSR, as_csr, load_operand, save_operand
 from ._validate import check_operands, check_system, eager_only, error
 
 
-@eager_only
-def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True,
+def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
                             unitriangular: bool = False, transpose: bool = False) -> torch.Tensor:
     r"""Solve ``A X = B`` (or ``A^T X = B``) for a sparse triangular ``A``; the gradient w.r.t. ``A`` is sparse.
 
@@ -25,7 +23,9 @@ def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True
 
     Parameters
     ----------
-    A : sparse COO or CSR tensor, shape ``(n, n)`` or batched ``(b, n, n)``, float32 or float64.
+    A : sparse COO or CSR tensor, shape ``(n, n)`` or batched ``(b, n, n)``, float32 or float64,
+        or a :class:`~torchsparsegradutils.SparseCSR` (traced by ``torch.compile``; the
+        gradient goes to its values).
         Triangular: entries only on and above (``upper=True``) or on and below the diagonal.
     B : dense tensor, shape ``(n, p)`` or ``(b, n, p)``, A's dtype and device.
     upper : bool
@@ -58,17 +58,31 @@ def sparse_triangular_solve(A: torch.Tensor, B: torch.Tensor, upper: bool = True
         ``unitriangular=True``.
     TypeError
         Values not float32/float64, or A and B of different dtypes.
+
+    >>> L = torch.tensor([[2.0, 0.0], [1.0, 4.0]]).to_sparse_csr()
+    >>> sparse_triangular_solve(L, torch.tensor([[2.0], [9.0]]), upper=False)
+    tensor([[1.],
+            [2.]])
     """
-    _check_solve_args(A, B, "sparse_triangular_solve")
-    return SparseTriangularSolve.apply(A, B, bool(upper), bool(unitriangular), bool(transpose))
+    flags = (bool(upper), bool(unitriangular), bool(transpose))
+    if not isinstance(A, SparseCSR):
+        return _triangular_solve_torch(A, B, *flags)
+    _check_solve_args(A, B)
+    return _ops.trisolve(A.view(), A.values, B, *flags)
 
 
-def _check_solve_args(A, B, name: str) -> None:
-    check_operands(A, B, name)
+@eager_only
+def _triangular_solve_torch(A: torch.Tensor, B: torch.Tensor, *flags) -> torch.Tensor:
+    _check_solve_args(A, B)
+    return SparseTriangularSolve.apply(A, B, *flags)
+
+
+def _check_solve_args(A, B) -> None:
+    check_operands(A, B, "sparse_triangular_solve")
     if A.shape[-2] != A.shape[-1]:
         raise error(ValueError, "A must be square on its last two dimensions", f"got shape {tuple(A.shape)}")
-    if A.size(-2) != B.size(-2):
-        raise ValueError(f"Incompatible inner dimensions: A[..., {A.size(-2)}] vs B[..., {B.size(-2)}]")
+    if A.shape[-2] != B.shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-2]}] vs B[..., {B.shape[-2]}]")
 
 
 class SparseTriangularSolve(torch.autograd.Function):
@@ -86,20 +100,14 @@ class SparseTriangularSolve(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, G):
         view, _, (X,) = load_operand(ctx)
-        upper, unit, transpose = ctx.flags
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
             return None, None, None, None, None
-        # M = A (or A^T): grad_B = M^{-T} G, grad_M = -grad_B X^T at the pattern
-        grad_B = _solve_kernels.trisolve(view, G, upper, unit, not transpose)
-        grad_A = None
-        if ctx.needs_input_grad[0]:
-            # entry (i, j) of A is entry (j, i) of M = A^T when transposed
-            g = _kernels.sddmm(view, X, grad_B) if transpose else _kernels.sddmm(view, grad_B, X)
-            grad_A = view.grad_like(g.neg_())
+        g, grad_B = _ops.trisolve_backward(_ops.op_args(view), view.values, X, G, ctx.flags,
+                                           ctx.needs_input_grad[0])
+        grad_A = view.grad_like(g) if g is not None else None
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None
 
 
-@eager_only
 def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Callable[..., torch.Tensor]] = None,
                          transpose_solve: Optional[Callable[..., torch.Tensor]] = None,
                          **kwargs) -> torch.Tensor:
@@ -212,6 +220,6 @@ class SparseGenericSolve(torch.autograd.Function):
         grad_B = SparseGenericSolve.apply(A, G, solve, transpose_solve, kwargs, not transposed, view.to_torch())
         grad_A = None
         if ctx.needs_input_grad[0]:
-            g = sddmm(view, X, grad_B) if transposed else sddmm(view, grad_B, X)
+            g = _ops.sddmm(view, X, grad_B) if transposed else _ops.sddmm(view, grad_B, X)
             grad_A = view.grad_like(-g)
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None, None, None

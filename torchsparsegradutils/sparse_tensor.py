@@ -19,6 +19,13 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None):
 
     ``values`` may be 1D (nnz,) or, for a batch of matrices, (b, nnz) with
     ``crow_indices`` (b, n+1) and ``col_indices`` (b, nnz).
+
+    >>> from torchsparsegradutils import sparse_mm
+    >>> w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    >>> A = sparse_csr_tensor(torch.tensor([0, 2, 3]), torch.tensor([0, 1, 1]), w, (2, 2))
+    >>> sparse_mm(A, torch.ones(2, 1)).sum().backward()
+    >>> w.grad
+    tensor([1., 1., 1.])
     """
     check_no_functorch("sparse_csr_tensor")
     if size is None:

@@ -1,12 +1,24 @@
 """Utilities: iterative solvers (CPU and CUDA, on a sparse A or any operator) and sparse helpers."""
 from ._operator import ConvergenceWarning
 from .bicgstab import BICGSTABSettings, bicgstab
+from .dist_stats_helpers import cov_nagao_test, mean_hotelling_t2_test
 from .linear_cg import CGInfo, LinearCGSettings, linear_cg
 from .lsmr import lsmr
 from .minres import MINRESSettings, minres
-from .random_sparse import make_spd_sparse, rand_sparse, rand_sparse_tri
+from .random_sparse import (
+    generate_random_sparse_coo_matrix,
+    generate_random_sparse_csr_matrix,
+    generate_random_sparse_strictly_triangular_coo_matrix,
+    generate_random_sparse_strictly_triangular_csr_matrix,
+    generate_random_sparse_triangular_coo_matrix,
+    generate_random_sparse_triangular_csr_matrix,
+    make_spd_sparse,
+    rand_sparse,
+    rand_sparse_tri,
+)
 from .utils import (
     convert_coo_to_csr,
+    convert_coo_to_csr_indices_values,
     sparse_block_diag,
     sparse_block_diag_split,
     sparse_eye,
@@ -24,6 +36,7 @@ __all__ = [
     "lsmr",
     "ConvergenceWarning",
     "convert_coo_to_csr",
+    "convert_coo_to_csr_indices_values",
     "sparse_block_diag",
     "sparse_block_diag_split",
     "stack_csr",
@@ -31,4 +44,12 @@ __all__ = [
     "rand_sparse",
     "rand_sparse_tri",
     "make_spd_sparse",
+    "generate_random_sparse_coo_matrix",
+    "generate_random_sparse_csr_matrix",
+    "generate_random_sparse_strictly_triangular_coo_matrix",
+    "generate_random_sparse_strictly_triangular_csr_matrix",
+    "generate_random_sparse_triangular_coo_matrix",
+    "generate_random_sparse_triangular_csr_matrix",
+    "mean_hotelling_t2_test",
+    "cov_nagao_test",
 ]

@@ -1,10 +1,12 @@
-"""What the iterative solvers share: turning "A" into a product, and reporting non-convergence.
+"""What the iterative solvers and the SciPy/CuPy/JAX bridges share: turning "A" into a
+product, checking operator outputs, reporting non-convergence, and the autograd path
+of an outside solver (``bridge_solve``).
 
 A may be a sparse COO/CSR tensor (its CSR view is built and checked once; the
-products then run on the C kernels on CPU, PyTorch's sparse ops elsewhere), a
-dense tensor, or any callable x -> A @ x on (n, k) blocks.  Products are taken
-without autograd: the solvers are called on detached data by the solve
-Functions, which supply the gradients themselves.
+products then run on the C kernels on CPU, PyTorch's sparse ops elsewhere and
+for complex values), a dense tensor, or any callable x -> A @ x on (n, k) blocks.
+Products are taken without autograd: the solvers are called on detached data by
+the solve Functions, which supply the gradients themselves.
 """
 import warnings
 from typing import Callable, Optional, Union
@@ -18,23 +20,42 @@ class ConvergenceWarning(UserWarning):
     """An iterative solver stopped before meeting its tolerance."""
 
 
+class OperatorTypeError(TypeError, RuntimeError):
+    """An operator argument that is neither a tensor nor a callable.
+
+    A TypeError by nature; also a RuntimeError because the published release
+    raises RuntimeError here and callers may catch that."""
+
+
 def warn_not_converged(solver: str, iterations: int, residual: float, tolerance: float) -> None:
     warnings.warn(f"{solver} did not converge within {iterations} iterations: relative residual "
                   f"{residual:.3e} > tolerance {tolerance:.1e}", ConvergenceWarning, stacklevel=3)
 
 
 def _sparse_products(A: torch.Tensor):
+    """(x -> A x, x -> A^H x) for a sparse A: the C kernels for real values,
+    PyTorch's sparse ops for complex ones (the kernels take float32/float64)."""
+    if A.is_complex():
+        Ac = A.detach().to_sparse_coo().coalesce()
+        Ah = Ac.transpose(-2, -1).conj().coalesce()
+        mm = torch.sparse.mm if Ac.dim() == 2 else torch.bmm
+        return lambda x: mm(Ac, x.to(Ac.dtype)), lambda x: mm(Ah, x.to(Ah.dtype))
     from .._csr import as_csr
     from .. import _kernels
     view = as_csr(A.detach())
     dt = A.dtype
 
-    def mv(x):
-        return _kernels.spmm(view, x.to(dt)) if x.shape[-1] else x.new_zeros(x.shape[:-2] + (A.shape[-2], 0))
-
-    def rmv(x):
-        return _kernels.spmm_t(view, x.to(dt)) if x.shape[-1] else x.new_zeros(x.shape[:-2] + (A.shape[-1], 0))
-    return mv, rmv
+    def product(kernel, rows_out):
+        def run(x):
+            x = x.to(dt)
+            fold = len(view.shape) == 2 and x.dim() > 2    # 2D A on (..., n, k) blocks
+            X = x.movedim(-2, 0).reshape(x.shape[-2], -1) if fold else x
+            Y = kernel(view, X) if X.shape[-1] else X.new_zeros(X.shape[:-2] + (rows_out, 0))
+            if fold:
+                Y = Y.reshape((rows_out,) + x.shape[:-2] + x.shape[-1:]).movedim(0, -2)
+            return Y
+        return run
+    return product(_kernels.spmm, A.shape[-2]), product(_kernels.spmm_t, A.shape[-1])
 
 
 def as_matmul(A: Operator, name: str = "A") -> Callable[[torch.Tensor], torch.Tensor]:
@@ -45,23 +66,37 @@ def as_matmul(A: Operator, name: str = "A") -> Callable[[torch.Tensor], torch.Te
         if A.layout == torch.strided:
             Ad = A.detach()
             return lambda x: Ad.matmul(x)
-        raise TypeError(f"{name} must be a COO/CSR/dense tensor or a callable, got layout {A.layout}")
+        raise OperatorTypeError(f"{name} must be a COO/CSR/dense tensor or a callable, got layout {A.layout}")
     if callable(A):
         return A
-    raise TypeError(f"{name} must be a tensor or a callable computing A @ x, got {type(A).__name__}")
+    raise OperatorTypeError(f"{name} must be a tensor or a callable computing A @ x, got {type(A).__name__}")
 
 
 def as_rmatmul(A: Operator, Armat: Optional[Operator]) -> Callable[[torch.Tensor], torch.Tensor]:
-    """x -> A^T @ x, from Armat when given, else from the tensor A."""
+    """x -> A^H @ x (the adjoint: A^T for real A), from Armat when given, else from the tensor A."""
     if Armat is not None:
         return as_matmul(Armat, "Armat")
     if isinstance(A, torch.Tensor):
         if A.layout in (torch.sparse_coo, torch.sparse_csr):
             return _sparse_products(A)[1]
         if A.layout == torch.strided:
-            At = A.detach().transpose(-2, -1)
-            return lambda x: At.matmul(x)
-    raise TypeError("Armat (x -> A^T @ x) is required when A is a callable")
+            Ah = A.detach().transpose(-2, -1).conj()
+            return lambda x: Ah.matmul(x)
+    raise OperatorTypeError("Armat (x -> A^H @ x) is required when A is a callable")
+
+
+def checked(fn: Callable[[torch.Tensor], torch.Tensor], what: str,
+            like: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """fn, raising RuntimeError when its output's shape, device or dtype differs from `like`'s."""
+    def run(x):
+        y = fn(x)
+        if not isinstance(y, torch.Tensor) or y.shape != like.shape or y.device != like.device \
+                or y.dtype != like.dtype:
+            got = (tuple(y.shape), y.dtype, y.device) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise RuntimeError(f"{what} output must match rhs shape, device, and dtype: expected "
+                               f"{(tuple(like.shape), like.dtype, like.device)}, got {got}")
+        return y
+    return run
 
 
 def col_norm(x: torch.Tensor) -> torch.Tensor:
@@ -77,3 +112,20 @@ def safe_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a / b, and 0 where b == 0 (a column that has converged exactly)."""
     zero = b == 0
     return torch.where(zero, torch.zeros_like(a), a / torch.where(zero, torch.ones_like(b), b))
+
+
+def bridge_solve(A: torch.Tensor, B: torch.Tensor, forward: Callable[..., torch.Tensor],
+                 adjoint: Callable[..., torch.Tensor], kwargs: dict) -> torch.Tensor:
+    """X = A^{-1} B by an outside solver (SciPy, CuPy, JAX), with the gradient of
+    :func:`~torchsparsegradutils.sparse_generic_solve`: ``grad_B = A^{-T} G`` by
+    ``adjoint``, ``grad_A = -grad_B X^T`` sampled at A's pattern by the SDDMM
+    kernel (no nnz x k or n x n temporary).  ``forward(rhs, **kwargs)`` solves
+    ``A x = rhs``, ``adjoint(rhs, **kwargs)`` solves ``A^T y = rhs``, both on
+    ``(n, k)`` tensors; the arguments are checked as sparse_generic_solve's are."""
+    from .._validate import check_system
+    check_system(A, B, "the solve", lambda s: s[0] == s[1], "A must be square")
+    from ..sparse_solve import SparseGenericSolve
+    B2 = B.unsqueeze(-1) if B.dim() == 1 else B
+    X = SparseGenericSolve.apply(A, B2, lambda _, rhs, **kw: forward(rhs, **kw),
+                                 lambda _, rhs, **kw: adjoint(rhs, **kw), kwargs, False, None)
+    return X.squeeze(-1) if B.dim() == 1 else X

@@ -26,27 +26,42 @@ def lsmr(A: Operator, b: torch.Tensor, Armat: Optional[Operator] = None, n: Opti
          damp: float = 0.0, atol: float = 1e-6, btol: float = 1e-6, conlim: float = 1e8,
          maxiter: Optional[int] = None, x0: Optional[torch.Tensor] = None,
          check_nonzero: bool = True) -> Tuple[torch.Tensor, int]:
-    r"""Least squares by LSMR: ``x = argmin ||A x - b||^2 + damp^2 ||x||^2``.
+    r"""Least squares by LSMR: ``x = argmin ||A x - b||^2 + damp^2 ||x||^2``, real or complex.
 
     Parameters
     ----------
     A : sparse COO/CSR or dense ``(m, n)`` tensor, or callable ``x -> A @ x`` (then
         ``Armat`` and ``n`` are required).
-    b : ``(m,)`` (or ``(m, k)``: the columns are solved one after another).
-    Armat : callable or tensor for ``x -> A^T @ x``; default from the tensor A.
+    b : ``(m,)``; ``(m, k)`` (the columns are solved one after another); or a row
+        ``(1, m)`` with ``m > 1`` (unless A is a tensor with one row), solved as ``(m,)``.
+    Armat : callable or tensor for ``x -> A^H @ x`` (the adjoint: the conjugate
+        transpose, ``A^T`` for real A); default from the tensor A.
     n : number of columns of A (inferred from a tensor A).
     damp, atol, btol, conlim : as in Fong & Saunders / scipy.sparse.linalg.lsmr.
     maxiter : iteration cap (default ``min(m, n)``, at least 1).
-    x0 : initial guess (default zeros).
+    x0 : initial guess (default zeros), shaped like the solution; never modified.
     check_nonzero : accepted for API compatibility.
 
     Returns
     -------
-    ``(x, iterations)``; x has shape ``(n,)`` (or ``(n, k)``), iterations the most any
-    column took.  Stopping on the iteration cap, or on the condition limit,
-    gives a :class:`ConvergenceWarning` with the iteration count and the residual.
-    For tall full-rank A this is the least-squares solution; for wide A with
-    ``damp = 0`` the minimum-norm one.
+    ``(x, iterations)``; x has shape ``(n,)``, ``(n, k)`` or ``(1, n)`` following b,
+    iterations the most any column took.  Stopping on the iteration cap, or on
+    the condition limit, gives a :class:`ConvergenceWarning` with the iteration
+    count and the residual.  For tall full-rank A this is the least-squares
+    solution; for wide A with ``damp = 0`` the minimum-norm one.
+
+    Examples
+    --------
+    >>> import torch
+    >>> A = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]], dtype=torch.float64)
+    >>> b = torch.tensor([1.0, 2.0, 2.0], dtype=torch.float64)
+    >>> x, itn = lsmr(A.to_sparse(), b, atol=1e-12, btol=1e-12)
+    >>> torch.allclose(x, torch.linalg.lstsq(A, b.unsqueeze(1)).solution.squeeze(1))
+    True
+    >>> Ac = torch.tensor([[2.0, 1j], [0.0, 1.0 - 1j]], dtype=torch.complex128)
+    >>> xc, _ = lsmr(Ac, torch.tensor([1.0, 1j], dtype=torch.complex128), atol=1e-12, btol=1e-12)
+    >>> torch.allclose(Ac @ xc, torch.tensor([1.0, 1j], dtype=torch.complex128))
+    True
     """
     mv = as_matmul(A, "A")
     rmv = as_rmatmul(A, Armat)
@@ -54,6 +69,13 @@ def lsmr(A: Operator, b: torch.Tensor, Armat: Optional[Operator] = None, n: Opti
         if not isinstance(A, torch.Tensor):
             raise TypeError("lsmr: n (the number of columns of A) is required when A is a callable")
         n = A.shape[-1]
+    rows = A.shape[-2] if isinstance(A, torch.Tensor) else None
+    if b.dim() == 2 and b.shape[0] == 1 and b.shape[1] != 1 and rows is not None and rows != 1:
+        # a row vector (1, m) for a matrix A of m != 1 rows, as the release accepts: solved
+        # as (m,), returned as (1, n) (for an operator A, b is always (m, k))
+        x, itn = lsmr(mv, b[0], rmv, n, damp, atol, btol, conlim, maxiter,
+                      None if x0 is None else x0.reshape(-1))
+        return x.unsqueeze(0), itn
     if b.dim() == 2:
         outs = [lsmr(mv, b[:, j], rmv, n, damp, atol, btol, conlim, maxiter,
                      None if x0 is None else x0[:, j]) for j in range(b.shape[1])]

@@ -37,8 +37,21 @@ def minres(matmul_closure: Operator, rhs: torch.Tensor, eps: float = 1e-25,
     Returns
     -------
     ``X`` shaped like rhs (``(s, *rhs.shape)`` for ``s`` shifts).  Not converging
-    within the cap raises a :class:`ConvergenceWarning` with the iteration count
+    within the cap gives a :class:`ConvergenceWarning` with the iteration count
     and the residual.
+
+    Examples
+    --------
+    >>> import torch
+    >>> A = torch.tensor([[2.0, 1.0, 0.0], [1.0, -1.0, 1.0], [0.0, 1.0, 3.0]], dtype=torch.float64)
+    >>> b = torch.tensor([1.0, 0.0, 2.0], dtype=torch.float64)
+    >>> x = minres(A.to_sparse_csr(), b, settings=MINRESSettings(minres_tolerance=1e-12))
+    >>> torch.allclose(A @ x, b)          # A is indefinite: CG would not apply
+    True
+    >>> X = minres(A, b, shifts=torch.tensor([0.0, 5.0], dtype=torch.float64),
+    ...            settings=MINRESSettings(minres_tolerance=1e-12))
+    >>> X.shape, torch.allclose((A + 5 * torch.eye(3, dtype=torch.float64)) @ X[1], b)
+    (torch.Size([2, 3]), True)
     """
     matmul = as_matmul(matmul_closure, "matmul_closure")
     if isinstance(shifts, torch.Tensor) and shifts.numel() > 1:

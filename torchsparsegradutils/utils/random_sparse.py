@@ -3,6 +3,9 @@
 Positions are drawn without replacement (every stored entry is distinct), so
 the results are coalesced COO or valid CSR; batched results hold the same
 number of entries per item, as batched CSR requires.
+
+``generate_random_sparse_*`` are the published release's per-layout names for
+the same two generators (``rand_sparse``, ``rand_sparse_tri``).
 """
 from typing import Optional, Tuple, Union
 
@@ -11,6 +14,13 @@ import torch
 from .utils import convert_coo_to_csr
 
 _LAYOUT_MSG = "Unsupported layout type. It should be either torch.sparse_coo or torch.sparse_csr"
+
+
+def _check_dtypes(layout, indices_dtype) -> None:
+    if layout not in (torch.sparse_coo, torch.sparse_csr):
+        raise ValueError(_LAYOUT_MSG)
+    if indices_dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"indices_dtype must be torch.int64 or torch.int32, got {indices_dtype}")
 
 
 def _check_size(size) -> Tuple[Optional[int], int, int]:
@@ -50,8 +60,6 @@ def _strict_lower_position(t: torch.Tensor):
 
 def _assemble(b, n, m, rows, cols, vals, layout, indices_dtype, squeeze):
     """COO/CSR tensor from per-item (b, nnz) rows/cols/vals sorted by (row, col)."""
-    if layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError(_LAYOUT_MSG)
     order = (rows * max(m, 1) + cols).argsort(dim=1)
     rows, cols, vals = rows.gather(1, order), cols.gather(1, order), vals.gather(1, order)
     k = rows.shape[1]
@@ -76,17 +84,25 @@ def rand_sparse(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int,
                 well_conditioned: bool = False, min_diag_value: float = 1.0) -> torch.Tensor:
     """A random sparse (n_r, n_c) or (b, n_r, n_c) matrix with nnz distinct entries per item, values in [0, 1).
 
-    ``well_conditioned`` (square only) stores the whole diagonal and makes every
-    row strictly diagonally dominant with diagonal >= ``min_diag_value``."""
-    if layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError(_LAYOUT_MSG)
+    ``well_conditioned`` on a square matrix stores the whole diagonal (``nnz >= n``)
+    and makes every row strictly diagonally dominant with diagonal >=
+    ``min_diag_value``; on a non-square matrix it is ignored.
+
+    >>> import torch
+    >>> from torchsparsegradutils.utils import rand_sparse
+    >>> A = rand_sparse((2, 100, 80), 500, torch.sparse_csr, indices_dtype=torch.int32)
+    >>> A.shape, A.values().shape, A.col_indices().dtype
+    (torch.Size([2, 100, 80]), torch.Size([2, 500]), torch.int32)
+    >>> W = rand_sparse((50, 50), 200, well_conditioned=True, values_dtype=torch.float64).to_dense()
+    >>> bool((W.diagonal() > (W.sum(1) - W.diagonal())).all())   # diagonally dominant
+    True
+    """
+    _check_dtypes(layout, indices_dtype)
     b, n, m = _check_size(size)
     if nnz < 0 or nnz > n * m:
         raise ValueError(f"nnz must be in [0, {n * m}] for a {n} x {m} matrix, got {nnz}")
     bb = b or 1
-    if well_conditioned:
-        if n != m:
-            raise ValueError("well_conditioned needs a square matrix")
+    if well_conditioned and n == m:
         if nnz < n:
             raise ValueError(f"well_conditioned stores the diagonal: nnz must be >= n = {n}, got {nnz}")
         off = _draw(n * n - n, nnz - n, bb, device)          # off-diagonal slots
@@ -116,9 +132,18 @@ def rand_sparse_tri(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int
     ``strict=False`` always stores the full diagonal (``n <= nnz <= n(n+1)/2``);
     ``strict=True`` stores none (``nnz <= n(n-1)/2``).  Values are uniform in
     ``value_range``; ``well_conditioned`` puts ``min_diag_value + row sum of
-    |off-diagonal|`` on the diagonal."""
-    if layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError(_LAYOUT_MSG)
+    |off-diagonal|`` on the diagonal.
+
+    >>> import torch
+    >>> from torchsparsegradutils.utils import rand_sparse_tri
+    >>> L = rand_sparse_tri((6, 6), 12, upper=False, well_conditioned=True).to_dense()
+    >>> torch.equal(L, L.tril()), bool((L.diagonal() >= 1).all())
+    (True, True)
+    >>> S = rand_sparse_tri((3, 6, 6), 4, torch.sparse_csr, strict=True)
+    >>> S.shape, bool((S.to_dense().diagonal(dim1=-2, dim2=-1) == 0).all())
+    (torch.Size([3, 6, 6]), True)
+    """
+    _check_dtypes(layout, indices_dtype)
     b, n, m = _check_size(size)
     if n != m:
         raise ValueError(f"a triangular matrix must be square, got size {tuple(size)}")
@@ -145,6 +170,92 @@ def rand_sparse_tri(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int
     return _assemble(bb, n, n, r, c, vals, layout, indices_dtype, b is None)
 
 
+def generate_random_sparse_coo_matrix(size, nnz: int, *, indices_dtype: torch.dtype = torch.int64,
+                                      values_dtype: torch.dtype = torch.float32,
+                                      device: torch.device = torch.device("cpu"), well_conditioned: bool = False,
+                                      min_diag_value: float = 1.0) -> torch.Tensor:
+    """:func:`rand_sparse` in COO layout (the published release's name).
+
+    >>> generate_random_sparse_coo_matrix((3, 4, 5), 6).coalesce().indices().shape
+    torch.Size([3, 18])
+    """
+    return rand_sparse(size, nnz, torch.sparse_coo, indices_dtype=indices_dtype, values_dtype=values_dtype,
+                       device=device, well_conditioned=well_conditioned, min_diag_value=min_diag_value)
+
+
+def generate_random_sparse_csr_matrix(size, nnz: int, *, indices_dtype: torch.dtype = torch.int64,
+                                      values_dtype: torch.dtype = torch.float32,
+                                      device: torch.device = torch.device("cpu"), well_conditioned: bool = False,
+                                      min_diag_value: float = 1.0) -> torch.Tensor:
+    """:func:`rand_sparse` in CSR layout (the published release's name).
+
+    >>> generate_random_sparse_csr_matrix((4, 5), 6).col_indices().shape
+    torch.Size([6])
+    """
+    return rand_sparse(size, nnz, torch.sparse_csr, indices_dtype=indices_dtype, values_dtype=values_dtype,
+                       device=device, well_conditioned=well_conditioned, min_diag_value=min_diag_value)
+
+
+def generate_random_sparse_strictly_triangular_coo_matrix(
+        size, nnz: int, *, upper: bool = True, indices_dtype: torch.dtype = torch.int64,
+        values_dtype: torch.dtype = torch.float32, device: torch.device = torch.device("cpu"),
+        value_range: Tuple[float, float] = (0.0, 1.0)) -> torch.Tensor:
+    """:func:`rand_sparse_tri` with ``strict=True`` in COO layout (no diagonal stored).
+
+    >>> A = generate_random_sparse_strictly_triangular_coo_matrix((5, 5), 4, upper=False).to_dense()
+    >>> torch.equal(A, A.tril(-1))
+    True
+    """
+    return rand_sparse_tri(size, nnz, torch.sparse_coo, upper=upper, strict=True, indices_dtype=indices_dtype,
+                           values_dtype=values_dtype, device=device, value_range=value_range)
+
+
+def generate_random_sparse_strictly_triangular_csr_matrix(
+        size, nnz: int, *, upper: bool = True, indices_dtype: torch.dtype = torch.int64,
+        values_dtype: torch.dtype = torch.float32, device: torch.device = torch.device("cpu"),
+        value_range: Tuple[float, float] = (0.0, 1.0)) -> torch.Tensor:
+    """:func:`rand_sparse_tri` with ``strict=True`` in CSR layout (no diagonal stored).
+
+    >>> A = generate_random_sparse_strictly_triangular_csr_matrix((5, 5), 4).to_dense()
+    >>> torch.equal(A, A.triu(1))
+    True
+    """
+    return rand_sparse_tri(size, nnz, torch.sparse_csr, upper=upper, strict=True, indices_dtype=indices_dtype,
+                           values_dtype=values_dtype, device=device, value_range=value_range)
+
+
+def generate_random_sparse_triangular_coo_matrix(
+        size, nnz: int, *, upper: bool = True, indices_dtype: torch.dtype = torch.int64,
+        values_dtype: torch.dtype = torch.float32, device: torch.device = torch.device("cpu"),
+        value_range: Tuple[float, float] = (0.0, 1.0), well_conditioned: bool = False,
+        min_diag_value: float = 1.0) -> torch.Tensor:
+    """:func:`rand_sparse_tri` with ``strict=False`` in COO layout (full diagonal stored).
+
+    >>> A = generate_random_sparse_triangular_coo_matrix((5, 5), 8, upper=False).to_dense()
+    >>> torch.equal(A, A.tril()), bool((A.diagonal() != 0).all())
+    (True, True)
+    """
+    return rand_sparse_tri(size, nnz, torch.sparse_coo, upper=upper, strict=False, indices_dtype=indices_dtype,
+                           values_dtype=values_dtype, device=device, value_range=value_range,
+                           well_conditioned=well_conditioned, min_diag_value=min_diag_value)
+
+
+def generate_random_sparse_triangular_csr_matrix(
+        size, nnz: int, *, upper: bool = True, indices_dtype: torch.dtype = torch.int64,
+        values_dtype: torch.dtype = torch.float32, device: torch.device = torch.device("cpu"),
+        value_range: Tuple[float, float] = (0.0, 1.0), well_conditioned: bool = False,
+        min_diag_value: float = 1.0) -> torch.Tensor:
+    """:func:`rand_sparse_tri` with ``strict=False`` in CSR layout (full diagonal stored).
+
+    >>> A = generate_random_sparse_triangular_csr_matrix((5, 5), 8).to_dense()
+    >>> torch.equal(A, A.triu()), bool((A.diagonal() != 0).all())
+    (True, True)
+    """
+    return rand_sparse_tri(size, nnz, torch.sparse_csr, upper=upper, strict=False, indices_dtype=indices_dtype,
+                           values_dtype=values_dtype, device=device, value_range=value_range,
+                           well_conditioned=well_conditioned, min_diag_value=min_diag_value)
+
+
 def make_spd_sparse(n: int, layout: torch.layout, value_dtype: torch.dtype, index_dtype: torch.dtype,
                     device: torch.device, sparsity_ratio: float = 0.5,
                     nz: Optional[int] = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -154,7 +265,13 @@ def make_spd_sparse(n: int, layout: torch.layout, value_dtype: torch.dtype, inde
     fraction ``sparsity_ratio`` of them, or ``nz // 2`` pairs when ``nz`` is
     given.  Zeroing can cost definiteness, so the diagonal is then raised where
     needed to make every row strictly diagonally dominant: the result is SPD by
-    construction."""
+    construction.
+
+    >>> import torch
+    >>> S, D = make_spd_sparse(8, torch.sparse_csr, torch.float64, torch.int32, torch.device("cpu"))
+    >>> torch.equal(S.to_dense(), D), torch.equal(D, D.T), bool((torch.linalg.eigvalsh(D) > 0).all())
+    (True, True, True)
+    """
     if layout not in (torch.sparse_coo, torch.sparse_csr):
         raise ValueError(f"Unsupported layout: {layout}. Use torch.sparse_coo or torch.sparse_csr.")
     M = torch.randn(n, n, dtype=value_dtype, device=device)

@@ -1,4 +1,5 @@
-"""Sparse tensor helpers: identity, block diagonals and their inverse, CSR stacking, COO -> CSR.
+"""Sparse tensor helpers: identity, block diagonals and their inverse, CSR stacking, COO -> CSR
+(of tensors, or of bare index arrays with the permutation that carries values along).
 
 All of them work from index arithmetic on the stored entries (O(nnz)); none
 builds a dense matrix.
@@ -56,7 +57,7 @@ def _check_2d_sparse(tensors: Sequence[torch.Tensor], name: str) -> torch.layout
     for t in tensors:
         if t.dim() != 2 or t.sparse_dim() != 2 or t.dense_dim() != 0:
             raise ValueError(f"{name}: every tensor must be 2D with 2 sparse and 0 dense dimensions, "
-                             f"got shape {tuple(t.shape)}")
+                             f"got {t.sparse_dim()} sparse and {t.dense_dim()} dense")
     return layout
 
 
@@ -176,3 +177,109 @@ def convert_coo_to_csr(sparse_coo_tensor: torch.Tensor) -> torch.Tensor:
     crow[:, 1:] = torch.bincount(idx[0] * n + idx[1], minlength=b * n).reshape(b, n).cumsum(1)
     k = int(per[0]) if b else 0
     return torch.sparse_csr_tensor(crow.to(itype), idx[2].reshape(b, k).to(itype), vals.reshape(b, k), A.shape)
+
+
+def _sort_coo_indices(indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """COO index columns ``(k, nnz)`` in lexicographic order, and the permutation that sorts them.
+
+    Returns ``(indices[:, perm], perm)``: ``perm[e]`` is the original column of
+    the e-th sorted one, so values follow as ``values[perm]``.  Stable (equal
+    columns keep their order; duplicates are kept, not merged), any index dtype,
+    no overflow however large the indices (one stable sort per index row).
+
+    >>> import torch
+    >>> from torchsparsegradutils.utils.utils import _sort_coo_indices
+    >>> idx, perm = _sort_coo_indices(torch.tensor([[1, 0, 1], [2, 1, 0]]))
+    >>> idx
+    tensor([[0, 1, 1],
+            [1, 0, 2]])
+    >>> perm
+    tensor([1, 2, 0])
+    """
+    if indices.dim() != 2:
+        raise ValueError(f"indices must be 2D (index rows, nnz), got shape {tuple(indices.shape)}")
+    perm = torch.arange(indices.shape[1], device=indices.device)
+    for row in reversed(range(indices.shape[0])):  # least significant row first
+        perm = perm[torch.argsort(indices[row, perm], stable=True)]
+    return indices[:, perm], perm
+
+
+def _compress_row_indices(row_indices: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """CSR row pointers ``(num_rows + 1,)`` from sorted COO row indices, in their dtype.
+
+    >>> import torch
+    >>> from torchsparsegradutils.utils.utils import _compress_row_indices
+    >>> _compress_row_indices(torch.tensor([0, 0, 2, 2]), 3)
+    tensor([0, 2, 2, 4])
+    """
+    if not isinstance(row_indices, torch.Tensor):
+        raise TypeError(f"row_indices must be a torch.Tensor, got {type(row_indices).__name__}")
+    if row_indices.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"row_indices must be int32 or int64, got {row_indices.dtype}")
+    if row_indices.dim() != 1:
+        raise ValueError(f"row_indices must be 1D, got shape {tuple(row_indices.shape)}")
+    if not isinstance(num_rows, int) or num_rows < 0:
+        raise ValueError(f"num_rows must be a non-negative integer, got {num_rows!r}")
+    if row_indices.numel() and bool(((row_indices < 0) | (row_indices >= num_rows)).any()):
+        raise ValueError(f"row_indices must lie in [0, {num_rows})")
+    crow = torch.zeros(num_rows + 1, dtype=row_indices.dtype, device=row_indices.device)
+    crow[1:] = torch.bincount(row_indices, minlength=num_rows).cumsum(0)
+    return crow
+
+
+def _demcompress_crow_indices(crow_indices: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """The row of every stored entry of a 2D CSR pattern (inverse of :func:`_compress_row_indices`).
+
+    >>> import torch
+    >>> from torchsparsegradutils.utils.utils import _demcompress_crow_indices
+    >>> _demcompress_crow_indices(torch.tensor([0, 2, 2, 4]), 3)
+    tensor([0, 0, 2, 2])
+    """
+    if crow_indices.dim() != 1 or crow_indices.numel() != num_rows + 1:
+        raise ValueError(f"crow_indices must be 1D of length num_rows + 1 = {num_rows + 1}, "
+                         f"got shape {tuple(crow_indices.shape)}")
+    return _rows_of(crow_indices)
+
+
+def convert_coo_to_csr_indices_values(coo_indices: torch.Tensor, num_rows: int, values=None):
+    """CSR ``(crow_indices, col_indices, values_or_permutation)`` from COO index columns.
+
+    ``coo_indices`` is ``(2, nnz)`` (row, col) or ``(3, nnz)`` (batch, row, col;
+    every batch item with the same number of entries).  The columns are sorted
+    (:func:`_sort_coo_indices`); the third result is ``values`` in CSR order
+    when given, else the permutation ``perm`` with ``values_csr = values[perm]``
+    -- the way to convert many value arrays on one fixed pattern.  Batched
+    results are ``(b, num_rows + 1)``, ``(b, nnz_b)``, ``(b, nnz_b)``.
+
+    >>> import torch
+    >>> from torchsparsegradutils.utils import convert_coo_to_csr_indices_values
+    >>> crow, col, vals = convert_coo_to_csr_indices_values(
+    ...     torch.tensor([[2, 0, 1], [2, 1, 0]]), num_rows=3, values=torch.tensor([3.0, 1.0, 2.0]))
+    >>> crow, col, vals
+    (tensor([0, 1, 2, 3]), tensor([1, 0, 2]), tensor([1., 2., 3.]))
+    >>> convert_coo_to_csr_indices_values(torch.tensor([[2, 0, 1], [2, 1, 0]]), num_rows=3)[2]
+    tensor([1, 2, 0])
+    """
+    if not isinstance(coo_indices, torch.Tensor) or coo_indices.dim() != 2 or coo_indices.shape[0] not in (2, 3):
+        raise ValueError("coo_indices must be a (2, nnz) [row, col] or (3, nnz) [batch, row, col] tensor")
+    nnz = coo_indices.shape[1]
+    if values is not None and values.shape[0] != nnz:
+        raise ValueError(f"Number of values ({values.shape[0]}) does not match number of indices ({nnz})")
+    if nnz and bool((coo_indices[-2] >= num_rows).any() or (coo_indices[-2] < 0).any()):
+        raise ValueError(f"Row indices must lie in [0, num_rows = {num_rows})")
+    idx, perm = _sort_coo_indices(coo_indices)
+    out = values[perm] if values is not None else perm
+    if idx.shape[0] == 2:
+        return _compress_row_indices(idx[0], num_rows), idx[1], out
+    batches, per = torch.unique_consecutive(idx[0], return_counts=True)
+    b = batches.numel()
+    if b and bool((per != per[0]).any()):
+        raise ValueError("batched CSR needs the same number of stored entries in every batch item")
+    k = nnz // b if b else 0
+    # global row numbers (item-major), compressed once, then cut per item
+    item = torch.repeat_interleave(torch.arange(b, device=idx.device), per)
+    gcrow = _compress_row_indices(item * num_rows + idx[1], b * num_rows)
+    starts = torch.arange(b, device=idx.device) * num_rows
+    crow = gcrow[starts.unsqueeze(1) + torch.arange(num_rows + 1, device=idx.device)]
+    crow = crow - (torch.arange(b, device=idx.device, dtype=crow.dtype) * k).unsqueeze(1)
+    return crow, idx[2].reshape(b, k), out.reshape(b, k, *out.shape[1:])

@@ -1,0 +1,198 @@
+"""One hygiene sweep over every public op (conftest.OPS; ops this build lacks are skipped):
+inputs unchanged, reference counts stable over many calls, in-place edits between
+forward and backward detected (or harmless), the same bits for 1 and 2 threads,
+and malformed structure a ValueError, never a crash (run in a child process)."""
+import gc
+import sys
+
+import pytest
+import torch
+
+from conftest import OPS, Spec, child_outcomes, malformed_cases, num_threads, run_case
+
+INPLACE = "modified by an inplace operation"
+OP_IDS = [op.name for op in OPS]
+
+
+def small(op, **kw) -> Spec:
+    layout = kw.pop("layout", "csr" if "csr" in op.layouts else op.layouts[0])
+    return Spec(layout=layout, **kw)
+
+
+def _snapshot(tensors):
+    return [(t.clone(), t.stride(), t.is_neg()) for t in tensors]
+
+
+def _same(t, snap):
+    value, stride, neg = snap
+    return t.dtype == value.dtype and t.stride() == stride and t.is_neg() == neg and torch.equal(t, value)
+
+
+def _params(pairs):
+    """pytest params (op, x) with readable ids."""
+    return [pytest.param(op, x, id=f"{op.name}-{x}") for op, x in pairs]
+
+
+UNCHANGED = _params((op, layout) for op in OPS for layout in ("csr", "coo_uncoalesced", "coo_sliced", "dense")
+                    if layout in op.layouts)
+
+
+@pytest.mark.parametrize("op,layout", UNCHANGED)
+@pytest.mark.parametrize("bmode", ["contig", "neg"])
+def test_inputs_unchanged(op, layout, bmode):
+    op.fn()
+    case = op.make(small(op, layout=layout, bmode=bmode))
+    inputs = list(case.leaves.values()) + list(case.structure)
+    before = _snapshot(inputs)
+    run_case(case)
+    assert all(_same(t, s) for t, s in zip(inputs, before)), "an input was modified"
+
+
+@pytest.mark.parametrize("op", OPS, ids=OP_IDS)
+def test_reference_counts_stable(op):
+    op.fn()
+    case = op.make(small(op))
+    leaves = [t.requires_grad_() for t in case.leaves.values()]
+    watched = leaves + list(case.structure)
+
+    def step():
+        for t in leaves:
+            t.grad = None
+        out = case.run(*leaves)
+        outs = out if isinstance(out, tuple) else (out,)
+        sum(o.sum() for o in outs).backward()
+
+    for _ in range(3):                                  # warm caches
+        step()
+    gc.collect()
+    refs = [sys.getrefcount(t) for t in watched]
+    tensors = sum(type(o) is torch.Tensor for o in gc.get_objects())
+    for _ in range(200):
+        step()
+    gc.collect()
+    assert [sys.getrefcount(t) for t in watched] == refs
+    assert sum(type(o) is torch.Tensor for o in gc.get_objects()) <= tensors
+
+
+def _grads(case, requires, a_leaf=False, edit=None):
+    """Forward, optional in-place edit (x3) of the named leaf, backward.  Returns
+    the gradients of the leaves that require grad (and of A when a_leaf, made a
+    leaf from values that do not require grad)."""
+    leaves = {k: t.detach().clone().requires_grad_(k in requires) for k, t in case.leaves.items()}
+    args = list(leaves.values())
+    first = case.build(args[0]) if case.build else args[0]
+    if a_leaf:
+        first.requires_grad_()
+    out = case.apply(first, *args[1:])
+    outs = out if isinstance(out, tuple) else (out,)
+    if edit is not None:
+        with torch.no_grad():
+            leaves[edit].mul_(3)
+    sum((o * torch.linspace(-1, 2, o.numel(), dtype=o.dtype).reshape(o.shape)).sum() for o in outs).backward()
+    grads = {k: t.grad for k, t in leaves.items() if k in requires}
+    if a_leaf:
+        grads["A"] = first.grad.to_dense()
+    return grads
+
+
+def _raises_or_matches(case, requires, a_leaf, edit):
+    """The contract of an in-place edit: autograd's version-counter error, or
+    exactly the gradients of the unedited inputs; never gradients of edited ones."""
+    clean = _grads(case, requires, a_leaf)
+    try:
+        edited = _grads(case, requires, a_leaf, edit)
+    except RuntimeError as e:
+        assert INPLACE in str(e) or "inplace" in str(e), e
+        return "raised"
+    assert clean.keys() == edited.keys()
+    for k in clean:
+        assert torch.equal(clean[k], edited[k]), f"gradient of {k} computed from the edited {edit}"
+    return "matched"
+
+
+@pytest.mark.parametrize("op,leaf", _params((op, leaf) for op in OPS for leaf in op.make(small(op)).leaves))
+def test_inplace_edit_between_forward_and_backward(op, leaf):
+    """Every leaf requires grad; one is edited after forward.  Where the backward
+    reads it (op.must_raise) the edit must raise; elsewhere it may also be harmless."""
+    op.fn()
+    case = op.make(small(op))
+    if leaf in op.must_raise:
+        with pytest.raises(RuntimeError, match=INPLACE):
+            _grads(case, list(case.leaves), edit=leaf)
+    else:
+        _raises_or_matches(case, list(case.leaves), False, leaf)
+
+
+# how A is made from a values tensor that does NOT require grad (finding 3, second bullet)
+CONSTRUCTORS = {
+    "coo_coalesced_flag": dict(layout="coo"),          # rebuilt with is_coalesced=True
+    "coo_uncoalesced": dict(layout="coo_uncoalesced"),
+    "csr_torch": dict(layout="csr", ours=False),
+    "csr_ours": dict(layout="csr", ours=True),
+}
+
+
+def _needs_grad(op, a_leaf):
+    """What requires grad besides A's values: the op's other inputs, or A as a leaf."""
+    return "A_leaf" if a_leaf else "others" if len(op.make(small(op)).leaves) > 1 else None
+
+
+@pytest.mark.parametrize("op,grad_of", _params((op, _needs_grad(op, a_leaf)) for op in OPS if op.sparse_input
+                                               for a_leaf in (False, True) if _needs_grad(op, a_leaf)))
+@pytest.mark.parametrize("ctor", sorted(CONSTRUCTORS))
+def test_edit_of_values_that_do_not_require_grad(op, grad_of, ctor):
+    """A built from values that need no gradient; B (or A itself, as a leaf) does.
+    Editing the values after forward must raise or leave every gradient as it
+    was for the unedited values."""
+    op.fn()
+    case = op.make(small(op, **CONSTRUCTORS[ctor]))
+    requires = [k for k in case.leaves if k != "values"]
+    _raises_or_matches(case, requires, grad_of == "A_leaf", "values")
+
+
+@pytest.mark.parametrize("op", OPS, ids=OP_IDS)
+def test_same_bits_for_1_and_2_threads(op):
+    """op.large is big enough that every kernel splits its work across two threads."""
+    op.fn()
+    case = op.make(op.large)
+    results = []
+    for t in (1, 2):
+        with num_threads(t):
+            results.append(run_case(case))
+    (out1, grads1), (out2, grads2) = results
+    assert all(torch.equal(x, y) for x, y in zip(out1, out2))
+    assert grads1.keys() == grads2.keys()
+    assert all(torch.equal(grads1[k], grads2[k]) for k in grads1)
+
+
+MALFORMED_IDS = [(op, name) for op in OPS for name in sorted(malformed_cases(op))]
+
+
+@pytest.fixture(scope="session")
+def malformed_outcomes():
+    """Every available op's malformed cases, run in child processes once per session."""
+    import torchsparsegradutils as tsgu
+    cases = {f"{op.name}/{name}": src for op in OPS if hasattr(tsgu, op.name)
+             for name, src in malformed_cases(op).items()}
+    return child_outcomes(cases)
+
+
+def test_child_runner_reports_each_outcome():
+    """The runner itself: a crash is reported and the cases after it still run."""
+    outcomes = child_outcomes({
+        "ok": "inputs = []\ncall = lambda: None",
+        "crash": "import os\ninputs = []\ncall = os.abort",
+        "error": "inputs = []\ncall = lambda: int('x')",
+        "modified": "t = torch.zeros(2)\ninputs = [t]\ncall = lambda: t.add_(1)",
+    })
+    assert {k: v[0] for k, v in outcomes.items()} == {
+        "ok": "OK", "crash": "CRASH", "error": "ValueError", "modified": "MODIFIED"}
+
+
+@pytest.mark.parametrize("op,name", _params(MALFORMED_IDS))
+def test_malformed_structure_is_value_error(malformed_outcomes, op, name):
+    op.fn()
+    outcome, message = malformed_outcomes[f"{op.name}/{name}"]
+    assert outcome == "ValueError", f"{outcome}: {message}"
+    match = op.malformed_match
+    assert match in message, f"{match!r} not in {message!r}"

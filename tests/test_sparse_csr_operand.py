@@ -1,0 +1,126 @@
+"""SparseCSR, the compile-friendly sparse operand: conversions, sparse_mm on it against
+the torch-sparse-tensor path and dense autograd, gradients into its values, and
+torch.compile(fullgraph=True) of a two-layer GCN that takes it."""
+import pytest
+import torch
+
+from torchsparsegradutils import SparseCSR, sparse_mm, sparse_triangular_solve
+
+
+def _dense(batch, n=6, m=5, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    D = torch.randn(*batch, n, m, generator=gen, dtype=torch.float64)
+    D = D * (torch.rand(*batch, n, m, generator=gen) < 0.4)
+    D[..., 0, :] = 0.0                                    # an empty row
+    return D
+
+
+LAYOUTS = [("csr", ()), ("coo", ()), ("coo", (3,))]
+
+
+@pytest.mark.parametrize("layout,batch", LAYOUTS)
+def test_round_trip_and_product(layout, batch):
+    D = _dense(batch)
+    A = D.to_sparse_csr() if layout == "csr" else D.to_sparse()
+    S = SparseCSR.from_torch(A)
+    assert S.shape == A.shape and S.dim() == A.dim() and S.dtype == A.dtype
+    torch.testing.assert_close(S.to_torch().to_dense(), D)
+    B = torch.randn(*batch, 5, 4, dtype=torch.float64)
+    torch.testing.assert_close(sparse_mm(S, B), D @ B)
+
+
+def test_batched_csr_round_trip():
+    D = _dense((2,))
+    D[..., 1:, 1] = 1.0
+    D = D * (D != 0).all(0, keepdim=True)                 # one pattern for both items
+    S = SparseCSR.from_torch(D.to_sparse_csr())
+    assert S.crow_indices.shape == (2, 7)
+    A = S.to_torch()
+    assert A.layout == torch.sparse_csr
+    torch.testing.assert_close(A.to_dense(), D)
+
+
+@pytest.mark.parametrize("layout,batch", LAYOUTS)
+def test_gradients_match_dense(layout, batch):
+    D = _dense(batch, seed=1)
+    A = D.to_sparse_csr() if layout == "csr" else D.to_sparse()
+    S = SparseCSR.from_torch(A)
+    w = S.values.clone().requires_grad_()
+    B = torch.randn(*batch, 5, 3, dtype=torch.float64, requires_grad=True)
+    G = torch.randn(*batch, 6, 3, dtype=torch.float64)
+    sparse_mm(S._replace(values=w), B).backward(G)
+    Dd = D.clone().requires_grad_()
+    Bd = B.detach().clone().requires_grad_()
+    (Dd @ Bd).backward(G)
+    assert w.grad.shape == w.shape
+    torch.testing.assert_close(w.grad, Dd.grad[D != 0])   # stored entries in row-major order
+    torch.testing.assert_close(B.grad, Bd.grad)
+    assert torch.autograd.gradcheck(lambda w, B: sparse_mm(S._replace(values=w), B), (w, B))
+
+
+def test_inplace_edit_of_values_detected():
+    S = SparseCSR.from_torch(_dense(()).to_sparse_csr())
+    w = S.values.clone().requires_grad_()
+    C = sparse_mm(S._replace(values=w), torch.randn(5, 2, dtype=torch.float64, requires_grad=True))
+    with torch.no_grad():
+        w.mul_(2)
+    with pytest.raises(RuntimeError, match="inplace"):
+        C.sum().backward()
+
+
+def test_malformed_components_raise():
+    S = SparseCSR(torch.tensor([0, 1, 2]), torch.tensor([0, 7]), torch.ones(2), (2, 3))
+    with pytest.raises(ValueError, match="malformed"):
+        sparse_mm(S, torch.ones(3, 1))
+    with pytest.raises(ValueError, match="Incompatible inner dimensions"):
+        sparse_mm(S._replace(col_indices=torch.tensor([0, 1])), torch.ones(4, 1))
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triangular_solve_on_components(transpose):
+    gen = torch.Generator().manual_seed(2)
+    L = (torch.randn(5, 5, generator=gen, dtype=torch.float64) * (torch.rand(5, 5, generator=gen) < 0.5)).tril()
+    L += 4 * torch.eye(5, dtype=torch.float64)
+    S = SparseCSR.from_torch(L.to_sparse_csr())
+    w = S.values.clone().requires_grad_()
+    B = torch.randn(5, 2, dtype=torch.float64, requires_grad=True)
+    X = sparse_triangular_solve(S._replace(values=w), B, upper=False, transpose=transpose)
+    Ld = L.clone().requires_grad_()
+    Bd = B.detach().clone().requires_grad_()
+    Xd = torch.linalg.solve_triangular(Ld.t() if transpose else Ld, Bd, upper=transpose)
+    torch.testing.assert_close(X, Xd)
+    G = torch.randn(5, 2, dtype=torch.float64)
+    X.backward(G)
+    Xd.backward(G)
+    torch.testing.assert_close(w.grad, Ld.grad[L != 0])
+    torch.testing.assert_close(B.grad, Bd.grad)
+    with pytest.raises(ValueError, match="triangular"):
+        sparse_triangular_solve(S, B, upper=True)
+
+
+class _GCN(torch.nn.Module):
+    def __init__(self, f, h, c):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(f, h), torch.nn.Linear(h, c)
+
+    def forward(self, A, X):
+        return self.l2(sparse_mm(A, torch.relu(self.l1(sparse_mm(A, X)))))
+
+
+def test_fullgraph_compile_of_a_gcn_matches_eager():
+    torch.manual_seed(0)
+    n = 300
+    idx = torch.randint(0, n, (2, 2000))
+    A = torch.sparse_coo_tensor(idx, torch.rand(2000), (n, n)).coalesce()
+    S = SparseCSR.from_torch(A)
+    w = S.values.clone().requires_grad_()
+    X = torch.randn(n, 12)
+    model = _GCN(12, 8, 3)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    out_c = compiled(S._replace(values=w), X)
+    grads_c = torch.autograd.grad(out_c.square().sum(), [w, *model.parameters()])
+    out_e = model(A, X)                                   # eager, torch sparse tensor
+    torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
+    grads_e = torch.autograd.grad(model(S._replace(values=w), X).square().sum(), [w, *model.parameters()])
+    for gc, ge in zip(grads_c, grads_e):
+        torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,165 @@
+"""The kernels as PyTorch custom operators (torch.library), differentiable to any order.
+
+With S the pattern of a sparse operand (row pointers `ptr`, columns `col`, and
+`rows` for a hypersparse COO view, see _csr.CSRView) of shape `shape` holding
+values `a` (one entry per stored position):
+    tsgu::spmm(a, X)   = S(a) X
+    tsgu::spmm_t(a, Y) = S(a)^T Y
+    tsgu::sddmm(U, V)  = (dot(U[i,:], V[j,:]) at every stored (i, j))
+    tsgu::trisolve(a, B) = M^{-1} B,  M = S(a) triangular (or S(a)^T with transpose)
+Each one's backward is made of the others,
+    spmm:     da = sddmm(G, X),   dX = spmm_t(a, G)
+    spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
+    sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
+    trisolve: dB = trisolve^T(a, G),   da = -sddmm(dB, X) (of M's entries: S's, transposed)
+so a backward run with create_graph=True records a graph of the same sparse
+kernels (second derivatives never densify), and torch.compile traces them as
+single nodes with the shapes their fake implementations give.  They take only
+dense tensors: Dynamo cannot take torch sparse tensors, so a compiled program
+passes the components (see SparseCSR).
+"""
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from . import _kernels, _solve_kernels
+from ._csr import CSRView, plain
+
+
+def view_of(ptr: Tensor, col: Tensor, values: Optional[Tensor], rows: Optional[Tensor], shape) -> CSRView:
+    """The CSRView of a pattern given as an op's arguments (inverse of op_args); an op
+    may be handed any strides, so the arrays are made contiguous (a no-op for a view's)."""
+    ptr, col = plain(ptr).contiguous(), plain(col).contiguous()
+    values = None if values is None else plain(values).contiguous()
+    shape = torch.Size(shape)
+    if rows is not None:                       # one matrix of A's non-empty rows
+        batch, nrows, ncols = 1, rows.shape[0], (shape[0] if len(shape) == 3 else 1) * shape[-1]
+    else:
+        batch, nrows, ncols = (shape[0] if len(shape) == 3 else 1), shape[-2], shape[-1]
+    return CSRView(ptr, col, values, batch, nrows, ncols, shape, None, rows)
+
+
+def op_args(view: CSRView):
+    """(ptr, col, rows, shape): the pattern of a view as an op takes it."""
+    return view.ptr, view.col, view.rows, list(view.shape)
+
+
+@torch.library.custom_op("tsgu::spmm", mutates_args=())
+def _spmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, X: Tensor) -> Tensor:
+    return _kernels.spmm(view_of(ptr, col, a, rows, shape), X)
+
+
+@torch.library.custom_op("tsgu::spmm_t", mutates_args=())
+def _spmm_t(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, Y: Tensor) -> Tensor:
+    return _kernels.spmm_t(view_of(ptr, col, a, rows, shape), Y)
+
+
+@torch.library.custom_op("tsgu::sddmm", mutates_args=())
+def _sddmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], U: Tensor, V: Tensor) -> Tensor:
+    return _kernels.sddmm(view_of(ptr, col, None, rows, shape), U, V)
+
+
+@torch.library.custom_op("tsgu::trisolve", mutates_args=())
+def _trisolve(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, B: Tensor,
+              upper: bool, unitriangular: bool, transpose: bool) -> Tensor:
+    return _solve_kernels.trisolve(view_of(ptr, col, a, rows, shape), B, upper, unitriangular, transpose)
+
+
+@_trisolve.register_fake
+def _(ptr, col, rows, shape, a, B, upper, unitriangular, transpose):
+    return torch.empty_like(B)
+
+
+@_spmm.register_fake
+def _(ptr, col, rows, shape, a, X):
+    return X.new_empty((*shape[:-1], X.shape[-1]))
+
+
+@_spmm_t.register_fake
+def _(ptr, col, rows, shape, a, Y):
+    return Y.new_empty((*shape[:-2], shape[-1], Y.shape[-1]))
+
+
+@_sddmm.register_fake
+def _(ptr, col, rows, shape, U, V):
+    return U.new_empty(col.shape)
+
+
+def _setup(ctx, inputs, output):
+    ptr, col, rows, shape, x, y = inputs
+    ctx.shape = shape
+    ctx.save_for_backward(ptr, col, rows, x, y)
+
+
+def _spmm_backward(ctx, G):
+    ptr, col, rows, a, X = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    da = _sddmm(*pattern, G, X) if ctx.needs_input_grad[4] else None
+    dX = _spmm_t(*pattern, a, G) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, da, dX
+
+
+def _spmm_t_backward(ctx, G):
+    ptr, col, rows, a, Y = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    da = _sddmm(*pattern, Y, G) if ctx.needs_input_grad[4] else None
+    dY = _spmm(*pattern, a, G) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, da, dY
+
+
+def _sddmm_backward(ctx, gg):
+    ptr, col, rows, U, V = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    dU = _spmm(*pattern, gg, V) if ctx.needs_input_grad[4] else None
+    dV = _spmm_t(*pattern, gg, U) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, dU, dV
+
+
+def trisolve_backward(pattern, a: Tensor, X: Tensor, G: Tensor, flags, need_a: bool):
+    """(da, dB) of X = trisolve(a, B) for dL/dX = G; M = A (or A^T): dB = M^{-T} G and
+    dM = -dB X^T at the pattern (entry (i, j) of A is entry (j, i) of A^T)."""
+    upper, unitriangular, transpose = flags
+    dB = _trisolve(*pattern, a, G, upper, unitriangular, not transpose)
+    da = None
+    if need_a:
+        da = -(_sddmm(*pattern, X, dB) if transpose else _sddmm(*pattern, dB, X))
+    return da, dB
+
+
+def _trisolve_setup(ctx, inputs, output):
+    ptr, col, rows, shape, a, _, *flags = inputs
+    ctx.shape, ctx.flags = shape, flags
+    ctx.save_for_backward(ptr, col, rows, a, output)
+
+
+def _trisolve_autograd(ctx, G):
+    ptr, col, rows, a, X = ctx.saved_tensors
+    da, dB = trisolve_backward((ptr, col, rows, ctx.shape), a, X, G, ctx.flags, ctx.needs_input_grad[4])
+    return None, None, None, None, da, dB if ctx.needs_input_grad[5] else None, None, None, None
+
+
+_trisolve.register_autograd(_trisolve_autograd, setup_context=_trisolve_setup)
+_spmm.register_autograd(_spmm_backward, setup_context=_setup)
+_spmm_t.register_autograd(_spmm_t_backward, setup_context=_setup)
+_sddmm.register_autograd(_sddmm_backward, setup_context=_setup)
+
+
+def spmm(view: CSRView, a: Tensor, X: Tensor) -> Tensor:
+    """S(a) X on view's pattern, differentiable in a and X."""
+    return _spmm(*op_args(view), a, X)
+
+
+def spmm_t(view: CSRView, a: Tensor, Y: Tensor) -> Tensor:
+    """S(a)^T Y on view's pattern, differentiable in a and Y."""
+    return _spmm_t(*op_args(view), a, Y)
+
+
+def trisolve(view: CSRView, a: Tensor, B: Tensor, upper: bool, unitriangular: bool, transpose: bool) -> Tensor:
+    """M^{-1} B for M = S(a) triangular (S(a)^T with transpose), differentiable in a and B."""
+    return _trisolve(*op_args(view), a, B, upper, unitriangular, transpose)
+
+
+def sddmm(view: CSRView, U: Tensor, V: Tensor) -> Tensor:
+    """(dot(U[i,:], V[j,:]) at view's stored (i, j)), differentiable in U and V."""
+    return _sddmm(*op_args(view), U, V)
