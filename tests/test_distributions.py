@@ -157,10 +157,12 @@ def test_errors():
         SparseMultivariateNormal(torch.zeros(4, dtype=torch.float64), scale_tril=L)
     with pytest.raises(ValueError, match="dtype"):
         SparseMultivariateNormal(loc.float(), scale_tril=L)
+    # validation explicitly on: torch.compile, once used in the process, turns PyTorch's default off
     with pytest.raises(ValueError, match="lower triangular"):
-        SparseMultivariateNormal(loc, scale_tril=(torch.eye(3) + torch.triu(torch.ones(3, 3), 1)).double().to_sparse())
+        SparseMultivariateNormal(loc, scale_tril=(torch.eye(3) + torch.triu(torch.ones(3, 3), 1)).double().to_sparse(),
+                                 validate_args=True)
     with pytest.raises(ValueError, match="diagonal must be positive"):
-        SparseMultivariateNormal(loc, -torch.ones(3, dtype=torch.float64), scale_tril=L)
+        SparseMultivariateNormal(loc, -torch.ones(3, dtype=torch.float64), scale_tril=L, validate_args=True)
     with pytest.raises(ValueError, match="1 batch dimension"):
         SparseMultivariateNormal(torch.zeros(2, 2, 3), scale_tril=L)
     with pytest.raises(ValueError, match="Invalid dimensions"):
