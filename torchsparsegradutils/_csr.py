@@ -120,8 +120,7 @@ class SparseCSR(NamedTuple):
         if self.crow_indices.dim() == 2 or len(self.size) == 2:
             return view.grad_like(self.values)
         b, n, m = self.size
-        rows = torch.repeat_interleave(torch.arange(b * n, device=self.device),
-                                       self.crow_indices[1:] - self.crow_indices[:-1])
+        rows = entry_rows(self.crow_indices)
         indices = torch.stack([rows // n, rows % n, self.col_indices.to(rows.dtype)])
         return torch.sparse_coo_tensor(indices, self.values, self.size, is_coalesced=True)
 
@@ -130,6 +129,13 @@ class SparseCSR(NamedTuple):
         shape = self.shape
         return CSRView(self.crow_indices, self.col_indices, self.values, shape[0] if len(shape) == 3 else 1,
                        shape[-2], shape[-1], shape)
+
+
+def entry_rows(crow: torch.Tensor) -> torch.Tensor:
+    """The row of every stored entry (int64) of CSR row pointers ``(n+1,)``; for a
+    batch, ``(b, n+1)`` or the stacked ``(b*n+1,)``, the global row ``k*n + i``."""
+    counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
 
 
 def plain(t: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ dense n x m matrix: until CUDA kernels of our own exist, this is their path.
 import torch
 
 from . import _C
-from ._csr import CSRView, plain
+from ._csr import CSRView, entry_rows, plain
 
 # Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
 # temporaries to about this many elements times p, instead of nnz times p.
@@ -115,8 +115,7 @@ def _global_csr(A: CSRView):
         offs = torch.arange(b, device=ptr.device).unsqueeze(1) * nnz_b
         ptr = torch.cat([(ptr[:, :-1] + offs).reshape(-1), ptr.new_full((1,), b * nnz_b)])
         col = col.reshape(-1)
-    counts = ptr[1:] - ptr[:-1]
-    rows = torch.repeat_interleave(torch.arange(b * n, device=ptr.device), counts)
+    rows = entry_rows(ptr)
     cols = col + (rows // n) * m if n else col
     vals = A.values.reshape(-1) if A.values is not None else torch.ones(col.numel(), device=ptr.device)
     A2 = torch.sparse_csr_tensor(ptr, cols, vals, (b * n, b * m))

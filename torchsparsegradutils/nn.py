@@ -4,13 +4,13 @@ Both hold their sparse matrix as a :class:`~torchsparsegradutils.SparseCSR` (ind
 plus a values tensor), so they move with ``.to(device)``, save with ``state_dict`` and
 compile with ``torch.compile(fullgraph=True)``; gradients reach only the stored values.
 """
-import math
 from typing import Optional
 
 import torch
 
-from ._csr import SparseCSR, as_csr
+from ._csr import SparseCSR, as_csr, entry_rows
 from .sparse_matmul import sparse_mm
+from .utils.utils import _compress_row_indices
 
 
 class SparseLinear(torch.nn.Module):
@@ -53,8 +53,7 @@ class SparseLinear(torch.nn.Module):
                 rows, col = pattern.detach().coalesce().indices()
             else:
                 raise ValueError(f"pattern must be a dense, COO or CSR tensor, got {pattern.layout}")
-            crow = torch.zeros(out_features + 1, dtype=torch.int64)
-            torch.cumsum(torch.bincount(rows, minlength=out_features), 0, out=crow[1:])
+            crow = _compress_row_indices(rows, out_features)
         self.in_features, self.out_features = in_features, out_features
         self.register_buffer("crow_indices", crow.to(torch.int64, copy=True).to(device))
         self.register_buffer("col_indices", col.to(torch.int64, copy=True).to(device))
@@ -69,8 +68,7 @@ class SparseLinear(torch.nn.Module):
     def reset_parameters(self, generator: Optional[torch.Generator] = None) -> None:
         fan_in = (self.crow_indices[1:] - self.crow_indices[:-1]).clamp(min=1).to(self.values.dtype)
         bound = fan_in.rsqrt()
-        rows = torch.repeat_interleave(torch.arange(self.out_features, device=fan_in.device),
-                                       self.crow_indices[1:] - self.crow_indices[:-1])
+        rows = entry_rows(self.crow_indices)
         with torch.no_grad():
             u = torch.rand(self.nnz, generator=generator, dtype=self.values.dtype).to(self.values.device)
             self.values.copy_((2 * u - 1) * bound[rows])

@@ -10,6 +10,7 @@ already masks sparsely.)
 """
 import torch
 
+from ._csr import entry_rows
 from ._validate import check_no_functorch, eager_only
 
 
@@ -55,8 +56,7 @@ def _values_at_pattern(grad: torch.Tensor, crow: torch.Tensor, col: torch.Tensor
         return grad.values()
     batched = crow.dim() == 2
     n = crow.shape[-1] - 1
-    counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
-    rows = torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
+    rows = entry_rows(crow)
     idx = [rows // n, rows % n] if batched else [rows]
     idx.append(col.reshape(-1))
     if grad.layout == torch.strided:

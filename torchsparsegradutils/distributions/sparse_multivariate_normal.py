@@ -43,7 +43,7 @@ from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
 from .. import _ops
-from .._csr import as_csr
+from .._csr import as_csr, entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
 from ..sparse_tensor import sparse_csr_tensor
@@ -102,8 +102,7 @@ class _Pattern(NamedTuple):
             row, item_col = base + idx[-2], base + idx[-1]
         else:
             crow, col = F.crow_indices(), F.col_indices()
-            counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
-            row = torch.repeat_interleave(torch.arange(counts.numel(), device=crow.device), counts)
+            row = entry_rows(crow)
             item_col = col.long() + (torch.arange(col.shape[0], device=col.device).unsqueeze(1) * n
                                      if F.dim() == 3 else 0)
             item_col = item_col.reshape(-1)

@@ -8,6 +8,8 @@ from typing import List, Sequence, Tuple
 
 import torch
 
+from .._csr import entry_rows
+
 _LAYOUTS = (torch.sparse_coo, torch.sparse_csr)
 
 
@@ -62,9 +64,8 @@ def _check_2d_sparse(tensors: Sequence[torch.Tensor], name: str) -> torch.layout
 
 
 def _rows_of(crow: torch.Tensor) -> torch.Tensor:
-    """The row of every entry of a 2D CSR pattern."""
-    return torch.repeat_interleave(torch.arange(crow.numel() - 1, device=crow.device, dtype=crow.dtype),
-                                   crow[1:] - crow[:-1])
+    """The row of every entry of a 2D CSR pattern, in crow's dtype."""
+    return entry_rows(crow).to(crow.dtype)
 
 
 def sparse_block_diag(*sparse_tensors: torch.Tensor) -> torch.Tensor:
