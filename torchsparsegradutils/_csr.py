@@ -167,9 +167,9 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     if A.dense_dim() != 0:
         raise ValueError("A must not have dense dimensions (hybrid COO tensors are not supported)")
     sizes = tuple(A.shape)
-    cpu = A.device.type == "cpu"
     indices = _unit_stride_rows(plain(A._indices()))
-    if not A.is_coalesced():
+    ranges_checked = not A.is_coalesced()
+    if ranges_checked:
         # Check ranges before coalescing: coalesce would fold an out-of-range
         # index onto a valid position and hide the error.
         _check_coo_ranges(indices, sizes)
@@ -180,20 +180,23 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     n, m = sizes[-2], sizes[-1]
     nnz = val.numel()
     if compress_rows and batch * n > _HYPERSPARSE_ROWS_PER_ENTRY * (nnz + 1):
+        if not ranges_checked:
+            _check_coo_ranges(indices, sizes)
         return _hypersparse(indices, val, sizes, A.shape)
-    if cpu:
+    if A.device.type == "cpu":                # checks ranges and order as it fills ptr
         ptr = torch.empty(batch * n + 1, dtype=torch.int64)
         _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads())
     else:
-        _check_coo_ranges(indices, sizes)
+        if not ranges_checked:
+            _check_coo_ranges(indices, sizes)
         ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=A.device)
         ptr[1:] = torch.bincount(_global_rows(indices, n), minlength=batch * n).cumsum(0)
     return CSRView(ptr, indices[-1], val, batch, n, m, A.shape, indices)
 
 
 def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRView:
-    """The view of a coalesced COO A through its non-empty rows only (CSRView.rows)."""
-    _check_coo_ranges(indices, sizes)
+    """The view of a coalesced COO A, its indices in range, through its non-empty rows
+    only (CSRView.rows)."""
     n, m = sizes[-2], sizes[-1]
     rows = _global_rows(indices, n)
     if rows.numel() > 1 and bool((rows[1:] < rows[:-1]).any()):
