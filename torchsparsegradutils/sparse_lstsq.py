@@ -8,6 +8,7 @@ from . import _kernels
 from ._csr import as_csr, load_operand, save_operand
 from ._validate import check_system, eager_only
 from .sparse_matmul import sparse_mm
+from .sparse_solve import solver_result
 
 
 @eager_only
@@ -87,12 +88,7 @@ def _solve(solver, A: torch.Tensor, B: torch.Tensor, rows: int) -> torch.Tensor:
     columns (the answer is empty, and solvers mishandle it)."""
     if B.shape[1] == 0:
         return B.new_zeros(rows, 0)
-    X = solver(A, B)
-    if isinstance(X, (tuple, list)):
-        X = X[0]
-    if not isinstance(X, torch.Tensor):
-        raise TypeError(f"the least-squares solver must return a tensor, got {type(X).__name__}")
-    return X.to(B.dtype).reshape(rows, B.shape[1])
+    return solver_result(solver(A, B), (rows, B.shape[1]), B.dtype, "least-squares solver")
 
 
 class SparseGenericLstsq(torch.autograd.Function):

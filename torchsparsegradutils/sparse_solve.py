@@ -186,13 +186,14 @@ def _sparse_transpose(A: torch.Tensor) -> torch.Tensor:
     return A.t().to_sparse_csr()
 
 
-def _solution_like(X: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """A solver's answer shaped and typed like B (solvers may return (n,) for (n, 1) or a tuple)."""
+def solver_result(X, shape, dtype: torch.dtype, solver: str = "solver") -> torch.Tensor:
+    """A solver's answer as a tensor of `shape` and `dtype` (solvers may return (n,) for
+    (n, 1), or a tuple whose first item is the answer)."""
     if isinstance(X, (tuple, list)):
         X = X[0]
     if not isinstance(X, torch.Tensor):
-        raise TypeError(f"the solver must return a tensor, got {type(X).__name__}")
-    return X.to(B.dtype).reshape(B.shape)
+        raise TypeError(f"the {solver} must return a tensor, got {type(X).__name__}")
+    return X.to(dtype).reshape(shape)
 
 
 class SparseGenericSolve(torch.autograd.Function):
@@ -206,7 +207,7 @@ class SparseGenericSolve(torch.autograd.Function):
         A_data = A.detach() if A_data is None else A_data
         run = transpose_solve if transposed else solve
         with torch.no_grad():
-            X = _solution_like(run(A_data, B.detach(), **kwargs), B)
+            X = solver_result(run(A_data, B.detach(), **kwargs), B.shape, B.dtype)
         ctx.solvers = (solve, transpose_solve, kwargs, transposed)
         save_operand(ctx, A, as_csr(A_data), True, X)
         return X
