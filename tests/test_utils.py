@@ -52,6 +52,37 @@ def test_rand_sparse_tri(layout, upper, strict):
     assert (diag == 0).all() if strict else (diag != 0).all()
 
 
+def test_seeded_draws_match_release():
+    """Small draws follow the 0.2.7 release's sequence.  The expected matrices are
+    the release's own output for these seeds (recorded from 0.2.7)."""
+    import random
+    random.seed(3), torch.manual_seed(3)
+    T = rand_sparse_tri((4, 4), 3, torch.sparse_coo, upper=True, strict=True, values_dtype=torch.float64)
+    expected_T = torch.zeros(4, 4, dtype=torch.float64)
+    expected_T[0, 1], expected_T[0, 2], expected_T[2, 3] = 0.77291494432858432, 0.28674022672130695, 0.03410819565052048
+    assert torch.equal(T.to_dense(), expected_T)
+    random.seed(3), torch.manual_seed(3)
+    A = rand_sparse((3, 4), 5, torch.sparse_csr, values_dtype=torch.float64)
+    expected_A = torch.zeros(3, 4, dtype=torch.float64)
+    expected_A[0, 1], expected_A[1, 2], expected_A[1, 3] = 0.03410819565052048, 0.28674022672130695, 0.75536987164589886
+    expected_A[2, 0], expected_A[2, 1] = 0.17492702928129467, 0.77291494432858432
+    assert torch.equal(A.to_dense(), expected_A)
+
+
+@pytest.mark.parametrize("batch", [1, 300])  # 300 * 250 entries: past SEEDED_DRAW_LIMIT, the vectorised draw
+def test_rand_sparse_tri_well_conditioned_diagonal(batch):
+    from torchsparsegradutils.utils.random_sparse import SEEDED_DRAW_LIMIT
+    assert (batch * 250 > SEEDED_DRAW_LIMIT) == (batch > 1)
+    A = rand_sparse_tri((batch, 40, 40), 250, torch.sparse_csr, upper=False, well_conditioned=True,
+                        min_diag_value=2.0, values_dtype=torch.float64, value_range=(-1.0, 1.0))
+    D = A.to_dense()
+    diag = D.diagonal(dim1=-2, dim2=-1)
+    assert ((diag >= 2.0) & (diag < 2.5)).all()
+    off = D.tril(-1)
+    assert ((off >= -1.0) & (off < 1.0)).all() and torch.equal(D.triu(1), torch.zeros_like(D))
+    assert ((D != 0).reshape(batch, -1).sum(1) == 250).all()
+
+
 def test_rand_errors():
     with pytest.raises(ValueError, match="Unsupported layout"):
         rand_sparse((3, 3), 2, torch.strided)

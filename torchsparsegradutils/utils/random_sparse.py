@@ -4,10 +4,18 @@ Positions are drawn without replacement (every stored entry is distinct), so
 the results are coalesced COO or valid CSR; batched results hold the same
 number of entries per item, as batched CSR requires.
 
+Seeded draws of up to ``SEEDED_DRAW_LIMIT`` entries in all follow the 0.2.7
+release's sequence: positions by rejection from Python's global ``random``
+module (so ``random.seed`` fixes them), then the values from torch's generator
+in the same order, so code seeded against the release gets the same matrices.
+Larger draws are vectorised in torch (O(nnz) memory, any n x m) and follow only
+``torch.manual_seed``.
+
 ``generate_random_sparse_*`` are the published release's per-layout names for
 the same two generators (``rand_sparse``, ``rand_sparse_tri``).
 """
-from typing import Optional, Tuple, Union
+import random
+from typing import Callable, Optional, Tuple, Union
 
 import torch
 
@@ -47,6 +55,26 @@ def _draw(candidates: int, nnz: int, b: int, device) -> torch.Tensor:
         # a uniform subset of a uniform random set is a uniform subset
         out.append(got[torch.randperm(got.numel(), device=device)[:nnz]].sort().values)
     return torch.stack(out)
+
+
+SEEDED_DRAW_LIMIT = 1 << 16
+
+
+def _draw_seeded(b: int, nnz: int, n: int, m: int, keep: Callable[[int, int], bool], diagonal: bool, device):
+    """(b, nnz) rows and cols per item, drawn as the release draws them: the
+    diagonal first when ``diagonal``, then uniform (r, c) from Python's ``random``
+    kept when ``keep(r, c)``, until nnz distinct; returned in set order."""
+    rows, cols = [], []
+    for _ in range(b):
+        coords = set((i, i) for i in range(n)) if diagonal else set()
+        while len(coords) < nnz:
+            r, c = random.randrange(n), random.randrange(m)
+            if keep(r, c):
+                coords.add((r, c))
+        rows.extend(r for r, _ in coords)
+        cols.extend(c for _, c in coords)
+    as_tensor = lambda v: torch.tensor(v, dtype=torch.long, device=device).reshape(b, nnz)  # noqa: E731
+    return as_tensor(rows), as_tensor(cols)
 
 
 def _strict_lower_position(t: torch.Tensor):
@@ -115,6 +143,9 @@ def rand_sparse(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int,
         vals[:, nnz - n:] = 0
         rowsum = torch.zeros(bb, n, dtype=values_dtype, device=device).scatter_add_(1, rows, vals.abs())
         vals[:, nnz - n:] = torch.clamp(rowsum + 1, min=min_diag_value)
+    elif bb * nnz <= SEEDED_DRAW_LIMIT:
+        rows, cols = _draw_seeded(bb, nnz, n, m, lambda r, c: True, False, device)
+        vals = torch.rand(bb, nnz, dtype=values_dtype, device=device)
     else:
         pos = _draw(n * m, nnz, bb, device)
         rows, cols = pos // max(m, 1), pos % max(m, 1)
@@ -131,8 +162,10 @@ def rand_sparse_tri(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int
 
     ``strict=False`` always stores the full diagonal (``n <= nnz <= n(n+1)/2``);
     ``strict=True`` stores none (``nnz <= n(n-1)/2``).  Values are uniform in
-    ``value_range``; ``well_conditioned`` puts ``min_diag_value + row sum of
-    |off-diagonal|`` on the diagonal.
+    ``value_range``; ``well_conditioned`` (``strict=False`` only) draws the
+    diagonal uniform in ``[min_diag_value, min_diag_value + 0.5)``, the
+    release's rule (it bounds the diagonal away from zero; it does not make
+    large matrices diagonally dominant).
 
     >>> import torch
     >>> from torchsparsegradutils.utils import rand_sparse_tri
@@ -153,20 +186,22 @@ def rand_sparse_tri(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int
     if not strict and not n <= nnz <= n_off + n:
         raise ValueError(f"strict=False: nnz must be in [{n}, {n_off + n}], got {nnz}")
     bb = b or 1
-    k_off = nnz if strict else nnz - n
-    # strictly-lower positions, numbered row by row, drawn without enumerating them
-    r, c = _strict_lower_position(_draw(n_off, k_off, bb, device))
-    if upper:
-        r, c = c, r
+    if bb * nnz <= SEEDED_DRAW_LIMIT:
+        keep = (lambda r, c: r < c or (not strict and r == c)) if upper else \
+            (lambda r, c: r > c or (not strict and r == c))
+        r, c = _draw_seeded(bb, nnz, n, n, keep, not strict, device)
+    else:  # strictly-lower positions, numbered row by row, drawn without enumerating them
+        r, c = _strict_lower_position(_draw(n_off, nnz if strict else nnz - n, bb, device))
+        if upper:
+            r, c = c, r
+        if not strict:
+            d = torch.arange(n, device=device).expand(bb, n)
+            r, c = torch.cat([r, d], 1), torch.cat([c, d], 1)
     lo, hi = value_range
-    vals = torch.rand(bb, k_off, dtype=values_dtype, device=device) * (hi - lo) + lo
-    if not strict:
-        d = torch.arange(n, device=device).expand(bb, n)
-        dv = torch.rand(bb, n, dtype=values_dtype, device=device) * (hi - lo) + lo
-        if well_conditioned:
-            rowsum = torch.zeros(bb, n, dtype=values_dtype, device=device).scatter_add_(1, r, vals.abs())
-            dv = rowsum + min_diag_value
-        r, c, vals = torch.cat([r, d], 1), torch.cat([c, d], 1), torch.cat([vals, dv], 1)
+    vals = torch.rand(bb, nnz, dtype=values_dtype, device=device) * (hi - lo) + lo
+    if well_conditioned and not strict:
+        on_diag = r == c
+        vals[on_diag] = torch.rand(int(on_diag.sum()), dtype=values_dtype, device=device) * 0.5 + min_diag_value
     return _assemble(bb, n, n, r, c, vals, layout, indices_dtype, b is None)
 
 
