@@ -5,8 +5,11 @@ Every layout is read as a CSR view without copies (COO coalesced first; CSC as
 the CSR view of its transpose, rows and columns swapped).  On CPU the kernels
 are csrc/lse_rows.c (per row, and per whole item), csrc/lse_cols.c (per column,
 no transpose, no atomics) and csrc/lse_grad.c (the values gradient
-``G[group] * exp(v - lse[group])`` written straight into place).  Other devices
-(CUDA) take the same steps through PyTorch scatter ops.
+``G[group] * exp(v - lse[group])`` written straight into place), called through
+_kernels.lse / lse_grad.  Other devices (CUDA) take the same steps through PyTorch
+scatter ops.  A SparseCSR input goes through the custom operators tsgu::lse and
+tsgu::lse_grad (_ops.py), which torch.compile traces; a torch sparse tensor through
+the autograd Function SparseLogSumExp, run eagerly.
 """
 from typing import Literal, Sequence, Union
 
@@ -30,7 +33,9 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     Parameters
     ----------
     input : sparse COO, CSR or CSC tensor, ``(r, c)`` or batched ``(b, r, c)`` (each
-        slice reduced on its own), float32 or float64, no dense dimensions.
+        slice reduced on its own), float32 or float64, no dense dimensions; or a
+        :class:`~torchsparsegradutils.SparseCSR`, which ``torch.compile`` traces (a
+        torch sparse tensor breaks the graph there and runs eagerly).
     dim : int or sequence of ints.  2-D: ``1`` (one value per row), ``0`` (one per
         column) or ``[0, 1]`` (a scalar).  3-D: from ``{1, 2}``; the batch axis
         cannot be reduced.  Negative dims count from the end.
@@ -43,7 +48,8 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     -------
     Dense tensor.  Differentiable w.r.t. the stored values: the gradient of a
     value is its softmax weight ``exp(v - lse)`` times the gradient of its group,
-    returned on the input's pattern (an uncoalesced COO's on the coalesced one).
+    returned on the input's pattern (an uncoalesced COO's on the coalesced one;
+    a ``SparseCSR``'s to its ``values``).
 
     Raises
     ------
@@ -132,7 +138,7 @@ def _bidir_logsumexp(input, keepdim: bool, include_zeros: bool, output_layout: s
                          "expected 'tuple', 'padded' or 'nested'")
     if keepdim and output_layout != "tuple":
         raise ValueError("sparse_bidir_logsumexp: keepdim is only supported with output_layout='tuple'")
-    col_lse, row_lse, padded = _bidir(input, include_zeros)
+    col_lse, row_lse, padded = (_bidir_batched if input.dim() == 3 else _bidir_2d)(input, include_zeros)
     if output_layout == "padded":
         return padded
     if output_layout == "nested":
@@ -145,13 +151,19 @@ def _bidir_logsumexp(input, keepdim: bool, include_zeros: bool, output_layout: s
 _bidir_logsumexp_eager = eager_only(_bidir_logsumexp)
 
 
-def _bidir(input, include_zeros: bool):
-    """(col_lse (.., c), row_lse (.., r), padded (2, .., G)): views of one allocation."""
-    r, c = input.shape[-2:]
+def _bidir_2d(input, include_zeros: bool):
+    """(col_lse (c,), row_lse (r,), padded (2, G)) of a 2-D input; the first two
+    are views of the third, one allocation for all."""
+    r, c = input.shape
+    padded = _reduce(input, "both", include_zeros)[:, 0]
+    return padded[0, :c], padded[1, :r], padded
+
+
+def _bidir_batched(input, include_zeros: bool):
+    """(col_lse (b, c), row_lse (b, r), padded (2, b, G)) of a batched input; views of one allocation."""
+    _, r, c = input.shape
     padded = _reduce(input, "both", include_zeros)
-    if input.dim() == 2:
-        padded = padded[:, 0]
-    return padded[0, ..., :c], padded[1, ..., :r], padded
+    return padded[0, :, :c], padded[1, :, :r], padded
 
 
 def _reduce(input, mode: str, include_zeros: bool) -> Tensor:
