@@ -262,3 +262,28 @@ def test_default_compile_of_torch_sparse_logsumexp_graph_breaks():
     A = _operand("coo")
     f = torch.compile(lambda A: sparse_logsumexp(A, 1) * 2, backend="aot_eager")
     torch.testing.assert_close(f(A), sparse_logsumexp(A, 1) * 2)
+
+
+@pytest.mark.parametrize("mode", LSE_MODES)
+@pytest.mark.parametrize("kind", ["csr", "batched_csr", "batched_coo"])
+def test_lse_second_derivatives(kind, mode):
+    """gradgradcheck through lse, lse_grad and lse_wsum (whose backwards are made of
+    each other), and opcheck of lse_wsum; outputs at the -inf padding of "both" held at 0."""
+    A = _operand(kind)
+    view = as_csr(A)
+    a = view.values.clone().requires_grad_()
+
+    def f(a):
+        out = _ops.lse(view, a, mode, True)
+        return torch.where(out.isinf(), torch.zeros_like(out), out)
+
+    assert torch.autograd.gradgradcheck(f, (a,))
+    gen = torch.Generator().manual_seed(8)
+    out = _ops.lse(view, a, mode, True).detach().requires_grad_()
+    u = torch.randn(a.shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    G = torch.randn(out.shape, generator=gen, dtype=torch.float64, requires_grad=True)
+    pattern = (view.ptr, view.col, list(view.shape))
+    torch.library.opcheck(torch.ops.tsgu.lse_wsum.default, (*pattern, a, out, u, mode))
+    # each with out as an input of its own: every partial derivative of both ops
+    assert torch.autograd.gradcheck(lambda a, out, G: torch.ops.tsgu.lse_grad(*pattern, a, out, G, mode), (a, out, G))
+    assert torch.autograd.gradcheck(lambda a, out, u: torch.ops.tsgu.lse_wsum(*pattern, a, out, u, mode), (a, out, u))

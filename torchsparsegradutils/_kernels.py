@@ -238,6 +238,27 @@ def lse_grad(A: CSRView, out: torch.Tensor, G: torch.Tensor, mode: str, transpos
     return _lse_grad(A, *((cols, rows) if transposed else (rows, cols)))
 
 
+def lse_wsum(A: CSRView, out: torch.Tensor, u: torch.Tensor, mode: str) -> torch.Tensor:
+    """s[group] = sum over the group's stored values v of u * exp(v - out[group]), shaped
+    like out = lse(A, mode, .., False) (0 in the padding of "both"): the derivative of
+    lse_grad w.r.t. its G, in PyTorch ops (second derivatives only)."""
+    _, rows, cols = _global_csr(A)
+    b, n, m = A.batch, A.nrows, A.ncols
+    v, u = A.values.reshape(-1), u.reshape(-1)
+
+    def group_sums(lse: torch.Tensor, group: torch.Tensor, count: int) -> torch.Tensor:
+        w = u * (v - lse.reshape(-1)[group]).exp()
+        return v.new_zeros(b * count).index_add_(0, group, w).reshape(b, count)
+
+    if mode == "all":
+        return group_sums(out, rows // max(n, 1), 1).reshape(b)
+    if mode != "both":
+        return group_sums(out, rows, n) if mode == "rows" else group_sums(out, cols, m)
+    s = torch.zeros_like(out)
+    s[1, :, :n], s[0, :, :m] = group_sums(out[1, :, :n], rows, n), group_sums(out[0, :, :m], cols, m)
+    return s
+
+
 def _lse_groups(view: CSRView, include_zeros: bool, out: torch.Tensor, by_rows: bool) -> None:
     """out[k, g] = lse of row (by_rows) or column g of item k of the view; out is
     (b, w) with w at least the group count, written in place."""

@@ -8,7 +8,9 @@ values `a` (one entry per stored position):
     tsgu::sddmm(U, V)  = (dot(U[i,:], V[j,:]) at every stored (i, j))
     tsgu::trisolve(a, B) = M^{-1} B,  M = S(a) triangular (or S(a)^T with transpose)
     tsgu::lse(a)         = log-sum-exp of S(a) by rows, columns, both or whole items
-                           (see _kernels.lse), with its values gradient tsgu::lse_grad
+                           (see _kernels.lse): L, one value per group
+    tsgu::lse_grad(a, L, G)[e] = sum over the groups of entry e of G * exp(a[e] - L)
+    tsgu::lse_wsum(a, L, u)[group] = sum over the group's entries e of u[e] * exp(a[e] - L)
 and, for rows i of a dense `a` grouped by relation r(i) (offsets `off`, row order
 `perm`, from tsgu::group_rows(idx, R) for relations idx, or segments),
     tsgu::grouped_mm(a, M)[i]    = a[i] @ M[r(i)]
@@ -18,12 +20,14 @@ Each one's backward is made of the others,
     spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
     sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
     trisolve: dB = trisolve^T(a, G),   da = -sddmm(dB, X) (of M's entries: S's, transposed)
+    lse:      da = lse_grad(a, L, G)
+    lse_grad: da = u * lse_grad(a, L, G),  dG = lse_wsum(a, L, u),  dL = -G * dG
+    lse_wsum: du = lse_grad(a, L, v),  da = u * du,  dL = -v * lse_wsum(a, L, u)
     grouped_mm:    da = grouped_mm(G, M^T),   dM = grouped_mm_tn(a, G)
-    grouped_mm_tn: da = grouped_mm(G, H^T),   dG = grouped_mm(a, H)   (H = dL/dout)
-so a backward run with create_graph=True records a graph of the same
-kernels (second derivatives never densify; lse's gradient is differentiable once),
-and torch.compile traces them as single nodes with the shapes their fake
-implementations give.  They take only dense tensors: Dynamo cannot take torch
+    grouped_mm_tn: da = grouped_mm(G, H^T),   dG = grouped_mm(a, H)   (H: out's gradient)
+so a backward run with create_graph=True records a graph of the same kernels
+(second derivatives never densify), and torch.compile traces them as single
+nodes with the shapes their fake implementations give.  They take only dense tensors: Dynamo cannot take torch
 sparse tensors, so a compiled program passes the components (see SparseCSR).
 """
 from typing import List, Optional, Tuple
@@ -193,6 +197,16 @@ def _(ptr, col, shape, a, out, G, mode):
     return torch.empty_like(a)
 
 
+@torch.library.custom_op("tsgu::lse_wsum", mutates_args=())
+def _lse_wsum(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, out: Tensor, u: Tensor, mode: str) -> Tensor:
+    return _kernels.lse_wsum(view_of(ptr, col, a, None, shape), out, u, mode)
+
+
+@_lse_wsum.register_fake
+def _(ptr, col, shape, a, out, u, mode):
+    return torch.empty_like(out)
+
+
 def _lse_setup(ctx, inputs, output):
     ptr, col, shape, a, mode, _ = inputs
     ctx.shape, ctx.mode = shape, mode
@@ -205,7 +219,35 @@ def _lse_backward(ctx, G):
     return None, None, None, da, None, None
 
 
+def _lse_pair_setup(ctx, inputs, output):
+    ptr, col, shape, a, out, y, mode = inputs
+    ctx.shape, ctx.mode = shape, mode
+    ctx.save_for_backward(ptr, col, a, out, y, output)
+
+
+def _lse_grad_backward(ctx, u):
+    """g = lse_grad(a, out, G), g[e] = sum over e's groups of G * exp(a[e] - out):
+    da = u * g, dG = lse_wsum(a, out, u), dout = -G * dG."""
+    ptr, col, a, out, G, g = ctx.saved_tensors
+    need_a, need_out, need_G = ctx.needs_input_grad[3:6]
+    s = _lse_wsum(ptr, col, ctx.shape, a, out, u, ctx.mode) if need_out or need_G else None
+    return (None, None, None, u * g if need_a else None, -G * s if need_out else None,
+            s if need_G else None, None)
+
+
+def _lse_wsum_backward(ctx, v):
+    """s = lse_wsum(a, out, u), s = sum over a group of u * exp(a - out):
+    du = lse_grad(a, out, v), da = u * du, dout = -v * s."""
+    ptr, col, a, out, u, s = ctx.saved_tensors
+    need_a, need_out, need_u = ctx.needs_input_grad[3:6]
+    du = _lse_grad(ptr, col, ctx.shape, a, out, v, ctx.mode) if need_a or need_u else None
+    return (None, None, None, u * du if need_a else None, -v * s if need_out else None,
+            du if need_u else None, None)
+
+
 _lse.register_autograd(_lse_backward, setup_context=_lse_setup)
+_lse_grad.register_autograd(_lse_grad_backward, setup_context=_lse_pair_setup)
+_lse_wsum.register_autograd(_lse_wsum_backward, setup_context=_lse_pair_setup)
 
 
 def lse(view: CSRView, a: Tensor, mode: str, include_zeros: bool) -> Tensor:

@@ -49,7 +49,9 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     Dense tensor.  Differentiable w.r.t. the stored values: the gradient of a
     value is its softmax weight ``exp(v - lse)`` times the gradient of its group,
     returned on the input's pattern (an uncoalesced COO's on the coalesced one;
-    a ``SparseCSR``'s to its ``values``).
+    a ``SparseCSR``'s to its ``values``).  With a ``SparseCSR`` the gradient is
+    itself differentiable (``create_graph=True``: second derivatives); a torch
+    sparse tensor's is not.
 
     Raises
     ------
