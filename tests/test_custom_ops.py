@@ -287,3 +287,25 @@ def test_lse_second_derivatives(kind, mode):
     # each with out as an input of its own: every partial derivative of both ops
     assert torch.autograd.gradcheck(lambda a, out, G: torch.ops.tsgu.lse_grad(*pattern, a, out, G, mode), (a, out, G))
     assert torch.autograd.gradcheck(lambda a, out, u: torch.ops.tsgu.lse_wsum(*pattern, a, out, u, mode), (a, out, u))
+
+
+def test_logsumexp_of_a_malformed_sparse_csr_raises():
+    """The kernels check the components they read, eagerly and compiled."""
+    S = SparseCSR(torch.tensor([0, 1, 2]), torch.tensor([0, 7]), torch.ones(2), (2, 3))
+    for fn in (sparse_logsumexp, torch.compile(sparse_logsumexp, fullgraph=True, backend="aot_eager")):
+        for dim in (0, 1):
+            with pytest.raises(ValueError, match="malformed"):
+                fn(S, dim)
+
+
+def test_compiled_logsumexp_with_dim_as_an_argument():
+    """An int argument that changes between calls is traced symbolically after a
+    recompile: the dims are still read right (not a silent wrong reduction)."""
+    D = _operand("batched_coo").to_dense()
+    S = SparseCSR.from_torch(D.to_sparse())
+    f = torch.compile(lambda S, dim, keepdim: sparse_logsumexp(S, dim, keepdim=keepdim), fullgraph=True,
+                      backend="aot_eager")
+    for dim, keepdim in ((1, False), (2, False), (-1, False), ((2, 1), False), ((-2, -1), True)):
+        torch.testing.assert_close(f(S, dim, keepdim), torch.logsumexp(D, dim, keepdim=keepdim))
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="batch dimension"):   # fullgraph: Dynamo's error
+        f(S, 0, False)
