@@ -1,4 +1,5 @@
-"""Typed wrappers around the C kernels, one per kernel, on a CSRView.
+"""Typed wrappers around the C kernels, one per kernel: on a CSRView, or for the
+grouped products (gather_mm, segment_mm) on dense rows and their grouping.
 
 CPU tensors go to torchsparsegradutils._C.  Other devices (CUDA) go through
 PyTorch's own ops with the same meaning and, like the kernels, never build a
