@@ -190,6 +190,7 @@ def _values_and_grads(fn, *inputs):
 
 
 def _assert_same(got, want):
+    assert len(got) == len(want)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
 
