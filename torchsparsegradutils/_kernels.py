@@ -1,4 +1,5 @@
-"""Typed wrappers around the C kernels, one per kernel, on a CSRView.
+"""Typed wrappers around the C kernels, one per kernel: on a CSRView, or for the
+grouped products (gather_mm, segment_mm) on dense rows and their grouping.
 
 CPU tensors go to torchsparsegradutils._C.  Other devices (CUDA) go through
 PyTorch's own ops with the same meaning and, like the kernels, never build a
@@ -132,3 +133,192 @@ def _sddmm_gather(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
         r, c = rows[s:s + step], cols[s:s + step]
         g[s:s + step] = (G2.index_select(0, r) * B2.index_select(0, c)).sum(1)
     return g.reshape(A.col.shape)
+
+
+# ------------------------------------------- grouped products (gather_mm, segment_mm)
+def group_rows(idx: torch.Tensor, R: int):
+    """(off (R+1,), perm (n,)), int64: the rows i grouped by relation idx[i] in [0, R),
+    a stable sort (group r is perm[off[r]:off[r+1]], in increasing i)."""
+    if _use_c(idx):
+        off = torch.empty(R + 1, dtype=torch.int64)
+        perm = torch.empty(idx.shape[0], dtype=torch.int64)
+        _C.group_rows(idx.contiguous(), R, off, perm)
+        return off, perm
+    if idx.numel() and bool(((idx < 0) | (idx >= R)).any()):
+        raise ValueError(_BAD_GROUPING)
+    off = torch.zeros(R + 1, dtype=torch.int64, device=idx.device)
+    torch.cumsum(torch.bincount(idx, minlength=R), 0, out=off[1:])
+    return off, torch.argsort(idx, stable=True)
+
+
+def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """out[i] = a[i] @ M[r] for the rows i of group r (see group_rows; perm None: group r
+    is the rows off[r]..off[r+1]-1); a (n, K), M (R, K, P), out (n, P)."""
+    if _use_c(off, a, M):
+        out = torch.empty(a.shape[0], M.shape[2], dtype=a.dtype)
+        _C.grouped_mm(off, perm, _dense_for_c(a), _dense_for_c(M), out, torch.get_num_threads())
+        return out
+    parts = torch.split(_in_group_order(a, perm), _group_lengths(off, a.shape[0]))
+    out = torch.cat([p @ M[r] for r, p in enumerate(parts)]) if parts else a.new_empty(0, M.shape[2])
+    return out if perm is None else torch.empty_like(out).index_copy_(0, perm, out)
+
+
+def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """out[r] = sum over the rows i of group r of a[i]^T G[i]; a (n, K), G (n, P), out (R, K, P)."""
+    out = torch.empty(off.shape[0] - 1, a.shape[1], G.shape[1], dtype=a.dtype, device=a.device)
+    if _use_c(off, a, G):
+        _C.grouped_mm_tn(off, perm, _dense_for_c(a), _dense_for_c(G), out, torch.get_num_threads())
+        return out
+    lengths = _group_lengths(off, a.shape[0])
+    for r, (ap, gp) in enumerate(zip(torch.split(_in_group_order(a, perm), lengths),
+                                     torch.split(_in_group_order(G, perm), lengths))):
+        torch.mm(ap.t(), gp, out=out[r])
+    return out
+
+
+_BAD_GROUPING = ("malformed grouping: a relation index is negative or not less than the number of "
+                 "relations, or segment offsets do not run from 0 to the number of rows")
+
+
+def _group_lengths(off: torch.Tensor, n: int):
+    """The group sizes of offsets off as a list, checked as the C kernels check them."""
+    lengths = torch.diff(off).tolist()
+    if off[0] != 0 or sum(lengths) != n or min(lengths, default=0) < 0:
+        raise ValueError(_BAD_GROUPING)
+    return lengths
+
+
+def _in_group_order(X: torch.Tensor, perm) -> torch.Tensor:
+    return X if perm is None else X.index_select(0, perm)
+
+
+# ------------------------------------------------- log-sum-exp (sparse_logsumexp)
+# The matrix reduced is the view's items, or with `transposed` their transposes
+# (a CSC tensor is read as the CSR view of its transpose); "rows" and "cols" are
+# that matrix's.  mode "rows" gives (b, n), "cols" (b, m), "all" (b,), "both"
+# (2, b, max(n, m)) with [0] the columns and [1] the rows, -inf padded.
+def lse_shape(shape, mode: str, transposed: bool):
+    """The output shape of lse for a view of shape `shape` ((n, m) or (b, n, m))."""
+    b = shape[0] if len(shape) == 3 else 1
+    n, m = (shape[-1], shape[-2]) if transposed else (shape[-2], shape[-1])
+    return {"rows": (b, n), "cols": (b, m), "all": (b,), "both": (2, b, torch.sym_max(n, m))}[mode]
+
+
+def lse(A: CSRView, mode: str, include_zeros: bool, transposed: bool) -> torch.Tensor:
+    """Log-sum-exp of the stored values (absent entries as zeros with include_zeros,
+    else left out) by rows, columns, both or whole items; see lse_shape."""
+    shape = lse_shape(A.shape, mode, transposed)
+    if mode == "both":
+        out = torch.full(shape, float("-inf"), dtype=A.values.dtype, device=A.values.device)
+        rows, cols = out[1], out[0]
+    else:
+        out = torch.empty(shape, dtype=A.values.dtype, device=A.values.device)
+        rows, cols = (out, None) if mode == "rows" else (None, out) if mode == "cols" else (None, None)
+    if transposed:
+        rows, cols = cols, rows
+    if mode == "all":
+        _lse_items(A, include_zeros, out)
+    if rows is not None:
+        _lse_groups(A, include_zeros, rows, by_rows=True)
+    if cols is not None:
+        _lse_groups(A, include_zeros, cols, by_rows=False)
+    return out
+
+
+def lse_grad(A: CSRView, out: torch.Tensor, G: torch.Tensor, mode: str, transposed: bool) -> torch.Tensor:
+    """d(sum G * out)/d A.values for out = lse(A, mode, .., transposed): each value's
+    softmax weight exp(v - lse) in its group times the group's gradient (summed over
+    both groups for "both"); shaped like A.values."""
+    if mode == "all":          # every row of an item carries the item's lse and gradient
+        return _lse_grad(A, (out[:, None].expand(-1, A.nrows), G[:, None].expand(-1, A.nrows)), None)
+    n, m = (A.ncols, A.nrows) if transposed else (A.nrows, A.ncols)
+    if mode == "both":
+        rows, cols = (out[1, :, :n], G[1, :, :n]), (out[0, :, :m], G[0, :, :m])
+    else:
+        rows, cols = ((out, G), None) if mode == "rows" else (None, (out, G))
+    return _lse_grad(A, *((cols, rows) if transposed else (rows, cols)))
+
+
+def lse_wsum(A: CSRView, out: torch.Tensor, u: torch.Tensor, mode: str) -> torch.Tensor:
+    """s[group] = sum over the group's stored values v of u * exp(v - out[group]), shaped
+    like out = lse(A, mode, .., False) (0 in the padding of "both"): the derivative of
+    lse_grad w.r.t. its G, in PyTorch ops (second derivatives only)."""
+    _, rows, cols = _global_csr(A)
+    b, n, m = A.batch, A.nrows, A.ncols
+    v, u = A.values.reshape(-1), u.reshape(-1)
+
+    def group_sums(lse: torch.Tensor, group: torch.Tensor, count: int) -> torch.Tensor:
+        w = u * (v - lse.reshape(-1)[group]).exp()
+        return v.new_zeros(b * count).index_add_(0, group, w).reshape(b, count)
+
+    if mode == "all":
+        return group_sums(out, rows // max(n, 1), 1).reshape(b)
+    if mode != "both":
+        return group_sums(out, rows, n) if mode == "rows" else group_sums(out, cols, m)
+    s = torch.zeros_like(out)
+    s[1, :, :n], s[0, :, :m] = group_sums(out[1, :, :n], rows, n), group_sums(out[0, :, :m], cols, m)
+    return s
+
+
+def _lse_groups(view: CSRView, include_zeros: bool, out: torch.Tensor, by_rows: bool) -> None:
+    """out[k, g] = lse of row (by_rows) or column g of item k of the view; out is
+    (b, w) with w at least the group count, written in place."""
+    if _use_c(view.values):
+        args = (view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, include_zeros, out)
+        if by_rows:
+            _C.lse_rows(*args, None, torch.get_num_threads())
+        else:
+            _C.lse_cols(*args, torch.get_num_threads())
+        return
+    b, count = view.batch, view.nrows if by_rows else view.ncols
+    _, rows, cols = _global_csr(view)
+    full = view.ncols if by_rows else view.nrows
+    out[:, :count] = _torch_lse(view.values.reshape(-1), rows if by_rows else cols, b * count,
+                                full if include_zeros else None).reshape(b, count)
+
+
+def _lse_items(view, include_zeros: bool, out: torch.Tensor) -> None:
+    """out[k] = lse of the whole item k: of its row results, folded in row order."""
+    rows = torch.empty(view.batch, view.nrows, dtype=out.dtype, device=out.device)
+    if _use_c(view.values):
+        _C.lse_rows(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, include_zeros,
+                    rows, out.view(1, -1), torch.get_num_threads())
+    else:
+        _lse_groups(view, include_zeros, rows, by_rows=True)
+        out.copy_(torch.logsumexp(rows, dim=1) if view.nrows else torch.full_like(out, float("-inf")))
+
+
+def _lse_grad(view, rows, cols) -> torch.Tensor:
+    """d(sum Gr * row lse + Gc * col lse)/d values of the view, shaped like its values;
+    rows and cols are (lse, grad) pairs of (b, n) and (b, m) tensors, or None."""
+    if _use_c(view.values):
+        g = torch.empty(1, view.values.numel(), dtype=view.values.dtype)
+        arrays = [plain(t).contiguous() if pair is not None else None
+                  for pair in (rows, cols) for t in (pair or (None, None))]
+        _C.lse_grad(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, *arrays, g,
+                    torch.get_num_threads())
+        return g.reshape(view.values.shape)
+    _, r, c = _global_csr(view)
+    v = view.values.reshape(-1)
+    g = torch.zeros_like(v)
+    for pair, group in ((rows, r), (cols, c)):
+        if pair is not None:
+            lse, grad = (t.reshape(-1) for t in pair)
+            g += grad[group] * (v - lse[group]).exp()
+    return g.reshape(view.values.shape)
+
+
+def _torch_lse(values: torch.Tensor, group: torch.Tensor, ngroups: int, full) -> torch.Tensor:
+    """Per group lse of values (PyTorch ops); with full, each group also holds
+    full - (its values) zeros.  The same shift rule as csrc (tsgu_lse_shift)."""
+    shift = torch.full((ngroups,), float("-inf"), dtype=values.dtype, device=values.device)
+    shift.scatter_reduce_(0, group, values, reduce="amax")
+    zeros = None
+    if full is not None:
+        zeros = (full - torch.bincount(group, minlength=ngroups)).to(values.dtype)
+        shift = torch.where(zeros > 0, shift.clamp(min=0), shift)
+    shift = torch.where(shift.isfinite(), shift, torch.zeros_like(shift))
+    s = torch.zeros_like(shift).scatter_add_(0, group, (values - shift[group]).exp())
+    if zeros is not None:
+        s = s + torch.where(zeros > 0, zeros * (-shift).exp(), torch.zeros_like(s))   # no 0 * inf
+    return shift + s.log()

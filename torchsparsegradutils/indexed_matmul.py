@@ -7,14 +7,15 @@ by ``idx_b`` (gather_mm) or by consecutive segments of lengths ``seglen_a``
 walks the groups: csrc/grouped_mm.c for the forward product and grad_a
 (``G @ b[r]^T``), csrc/grouped_mm_tn.c for grad_b (``sum a[i]^T G[i]`` per
 relation, without atomics and without an N x D1 x D2 temporary).  Other
-devices (CUDA) take the same grouping through PyTorch ops.
+devices (CUDA) take the same grouping through PyTorch ops.  The kernels are
+the custom operators tsgu::group_rows, tsgu::grouped_mm and tsgu::grouped_mm_tn
+(_ops.py), so both functions compile with torch.compile(fullgraph=True).
 """
 import re
 
 import torch
 
-from . import _C, _kernels
-from ._csr import plain
+from . import _ops
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
@@ -68,14 +69,14 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, seglen_a: torch.Tensor) -> torc
     if seglen_a.is_floating_point() or seglen_a.is_complex() or seglen_a.dtype == torch.bool:
         raise TypeError(f"seglen_a must hold integers, got {seglen_a.dtype}")
     lengths = seglen_a.to(device=a.device, dtype=torch.int64)
-    off = torch.zeros(R + 1, dtype=torch.int64, device=a.device)
-    torch.cumsum(lengths, 0, out=off[1:])
-    if R and bool((lengths < 0).any()):
-        raise ValueError(f"seglen_a must be non-negative, got {seglen_a.tolist() if R <= 16 else 'a negative length'}")
-    total = int(off[-1])
-    if total != N:
-        raise ValueError(f"seglen_a must sum to the number of rows of a ({N}), got {total}")
-    return GroupedMM.apply(a, b, off, None)
+    off = torch.cat([lengths.new_zeros(1), torch.cumsum(lengths, 0)])
+    if not torch.compiler.is_compiling():   # data-dependent; compiled, the kernels check off instead
+        if R and bool((lengths < 0).any()):
+            raise ValueError(f"seglen_a must be non-negative, got {seglen_a.tolist() if R <= 16 else 'a negative length'}")
+        total = int(off[-1])
+        if total != N:
+            raise ValueError(f"seglen_a must sum to the number of rows of a ({N}), got {total}")
+    return _ops.grouped_mm(off, None, a, b)
 
 
 def gather_mm(a: torch.Tensor, b: torch.Tensor, idx_b: torch.Tensor) -> torch.Tensor:
@@ -125,11 +126,12 @@ def gather_mm(a: torch.Tensor, b: torch.Tensor, idx_b: torch.Tensor) -> torch.Te
         raise TypeError(f"idx_b must be int32 or int64, got {idx_b.dtype}")
     if idx_b.device != a.device:
         raise ValueError(f"idx_b must be on a's device ({a.device}), got {idx_b.device}")
-    if N:
+    if N and not torch.compiler.is_compiling():   # data-dependent; compiled, group_rows checks idx_b
         lo, hi = int(idx_b.min()), int(idx_b.max())
         if lo < 0 or hi >= R:
             raise ValueError(f"idx_b must lie in [0, R) = [0, {R}), got values from {lo} to {hi}")
-    return GroupedMM.apply(a, b, None, idx_b)
+    off, perm = _ops.group_rows(idx_b, R)
+    return _ops.grouped_mm(off, perm, a, b)
 
 
 def _check_torch_version() -> None:
@@ -152,80 +154,3 @@ def _check_operands(a: torch.Tensor, b: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} supports float32 and float64 values, got a of dtype {a.dtype}")
     if b.dtype != a.dtype:
         raise TypeError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")
-
-
-class GroupedMM(torch.autograd.Function):
-    """``out[i] = a[i] @ b[r(i)]`` with the groups given either by segment offsets
-    ``off`` (R+1,) or by ``idx_b`` (N,); validate with gather_mm/segment_mm first."""
-
-    @staticmethod
-    def forward(ctx, a, b, off, idx_b):
-        if _kernels._use_c(a, b):
-            perm = None
-            if idx_b is not None:
-                off = torch.empty(b.shape[0] + 1, dtype=torch.int64)
-                perm = torch.empty(a.shape[0], dtype=torch.int64)
-                _C.group_rows(idx_b.contiguous(), b.shape[0], off, perm)
-            out = torch.empty(a.shape[0], b.shape[2], dtype=a.dtype)
-            _C.grouped_mm(off, perm, _kernels._dense_for_c(a), _kernels._dense_for_c(b), out,
-                          torch.get_num_threads())
-        else:
-            off, perm = _torch_groups(b.shape[0], off, idx_b)
-            out = _torch_grouped_mm(a, b, off, perm)
-        need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        # the tensors themselves, so that an in-place edit before backward raises
-        ctx.save_for_backward(a if need_b else None, b if need_a else None, off, perm)
-        return out
-
-    @staticmethod
-    def backward(ctx, G):
-        a, b, off, perm = ctx.saved_tensors
-        grad_a = grad_b = None
-        if _kernels._use_c(G):
-            G = _kernels._dense_for_c(G)
-            if ctx.needs_input_grad[0]:
-                grad_a = torch.empty(G.shape[0], b.shape[1], dtype=G.dtype)
-                _C.grouped_mm(off, perm, G, plain(b).transpose(1, 2).contiguous(), grad_a,
-                              torch.get_num_threads())
-            if ctx.needs_input_grad[1]:
-                grad_b = torch.empty(off.shape[0] - 1, a.shape[1], G.shape[1], dtype=G.dtype)
-                _C.grouped_mm_tn(off, perm, _kernels._dense_for_c(a), G, grad_b, torch.get_num_threads())
-        else:
-            if ctx.needs_input_grad[0]:
-                grad_a = _torch_grouped_mm(G, b.transpose(1, 2), off, perm)
-            if ctx.needs_input_grad[1]:
-                grad_b = _torch_grouped_mm_tn(a, G, off, perm)
-        return grad_a, grad_b, None, None
-
-
-def _torch_groups(R: int, off, idx_b):
-    """(off, perm) of the grouping in PyTorch ops: perm None for segments; for
-    idx_b a stable sort by relation."""
-    if idx_b is None:
-        return off, None
-    perm = torch.argsort(idx_b, stable=True)
-    off = torch.zeros(R + 1, dtype=torch.int64, device=idx_b.device)
-    torch.cumsum(torch.bincount(idx_b, minlength=R), 0, out=off[1:])
-    return off, perm
-
-
-def _torch_grouped_mm(a: torch.Tensor, M: torch.Tensor, off: torch.Tensor, perm) -> torch.Tensor:
-    """out[i] = a[i] @ M[r] for the rows of group r: one mm per relation on the
-    rows in group order (PyTorch ops, for devices the C kernels cannot read)."""
-    a_grouped = a if perm is None else a.index_select(0, perm)
-    parts = torch.split(a_grouped, torch.diff(off).tolist())
-    out_grouped = torch.cat([p @ M[r] for r, p in enumerate(parts)]) if parts else a.new_empty(0, M.shape[2])
-    if perm is None:
-        return out_grouped
-    return torch.empty_like(out_grouped).index_copy_(0, perm, out_grouped)
-
-
-def _torch_grouped_mm_tn(a: torch.Tensor, G: torch.Tensor, off: torch.Tensor, perm) -> torch.Tensor:
-    """out[r] = sum over the rows i of group r of a[i]^T G[i], in PyTorch ops."""
-    lengths = torch.diff(off).tolist()
-    a_grouped = a if perm is None else a.index_select(0, perm)
-    G_grouped = G if perm is None else G.index_select(0, perm)
-    out = a.new_empty(len(lengths), a.shape[1], G.shape[1])
-    for r, (ap, gp) in enumerate(zip(torch.split(a_grouped, lengths), torch.split(G_grouped, lengths))):
-        torch.mm(ap.t(), gp, out=out[r])
-    return out

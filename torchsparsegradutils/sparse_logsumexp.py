@@ -5,16 +5,20 @@ Every layout is read as a CSR view without copies (COO coalesced first; CSC as
 the CSR view of its transpose, rows and columns swapped).  On CPU the kernels
 are csrc/lse_rows.c (per row, and per whole item), csrc/lse_cols.c (per column,
 no transpose, no atomics) and csrc/lse_grad.c (the values gradient
-``G[group] * exp(v - lse[group])`` written straight into place).  Other devices
-(CUDA) take the same steps through PyTorch scatter ops.
+``G[group] * exp(v - lse[group])`` written straight into place), called through
+_kernels.lse / lse_grad.  Other devices (CUDA) take the same steps through PyTorch
+scatter ops.  A SparseCSR input goes through the custom operators tsgu::lse and
+tsgu::lse_grad (_ops.py), which torch.compile traces; a torch sparse tensor through
+the autograd Function SparseLogSumExp, run eagerly.
 """
 from typing import Literal, Sequence, Union
 
 import torch
 from torch import Tensor
 
-from . import _C, _kernels
-from ._csr import as_csr, load_operand, plain, save_operand
+from . import _kernels, _ops
+from ._csr import SparseCSR, as_csr, load_operand, save_operand
+from ._validate import eager_only
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
 
@@ -29,7 +33,9 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     Parameters
     ----------
     input : sparse COO, CSR or CSC tensor, ``(r, c)`` or batched ``(b, r, c)`` (each
-        slice reduced on its own), float32 or float64, no dense dimensions.
+        slice reduced on its own), float32 or float64, no dense dimensions; or a
+        :class:`~torchsparsegradutils.SparseCSR`, which ``torch.compile`` traces (a
+        torch sparse tensor breaks the graph there and runs eagerly).
     dim : int or sequence of ints.  2-D: ``1`` (one value per row), ``0`` (one per
         column) or ``[0, 1]`` (a scalar).  3-D: from ``{1, 2}``; the batch axis
         cannot be reduced.  Negative dims count from the end.
@@ -42,7 +48,10 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     -------
     Dense tensor.  Differentiable w.r.t. the stored values: the gradient of a
     value is its softmax weight ``exp(v - lse)`` times the gradient of its group,
-    returned on the input's pattern (an uncoalesced COO's on the coalesced one).
+    returned on the input's pattern (an uncoalesced COO's on the coalesced one;
+    a ``SparseCSR``'s to its ``values``).  With a ``SparseCSR`` the gradient is
+    itself differentiable (``create_graph=True``: second derivatives); a torch
+    sparse tensor's is not.
 
     Raises
     ------
@@ -62,6 +71,12 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     >>> torch.allclose(sparse_logsumexp(A, dim=1), torch.logsumexp(A.to_dense(), dim=1))
     True
     """
+    if isinstance(input, SparseCSR):
+        return _logsumexp(input, dim, keepdim, include_zeros)
+    return _logsumexp_eager(input, dim, keepdim, include_zeros)
+
+
+def _logsumexp(input, dim, keepdim: bool, include_zeros: bool) -> Tensor:
     _check_input(input, "sparse_logsumexp")
     dims = _normalise_dims(dim, input.dim())
     batched = input.dim() == 3
@@ -69,13 +84,16 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
         raise NotImplementedError("Cannot reduce the batch dimension (0) of a batched 3-D sparse tensor.")
     last, first = input.dim() - 1, input.dim() - 2
     mode = "all" if dims == [first, last] else "rows" if dims == [last] else "cols"
-    out = SparseLogSumExp.apply(input, mode, include_zeros)
+    out = _reduce(input, mode, include_zeros)
     if not batched:
         out = out[0]
     if keepdim:
         for d in dims:
             out = out.unsqueeze(d)
     return out
+
+
+_logsumexp_eager = eager_only(_logsumexp)    # torch sparse tensors: a graph break under torch.compile
 
 
 def sparse_bidir_logsumexp(input: Tensor, keepdim: bool = False, include_zeros: bool = True,
@@ -110,14 +128,19 @@ def sparse_bidir_logsumexp(input: Tensor, keepdim: bool = False, include_zeros: 
     >>> cols, rows
     (tensor([1., 2.]), tensor([2., 1.]))
     """
+    if isinstance(input, SparseCSR):
+        return _bidir_logsumexp(input, keepdim, include_zeros, output_layout)
+    return _bidir_logsumexp_eager(input, keepdim, include_zeros, output_layout)
+
+
+def _bidir_logsumexp(input, keepdim: bool, include_zeros: bool, output_layout: str):
     _check_input(input, "sparse_bidir_logsumexp")
     if output_layout not in ("tuple", "padded", "nested"):
         raise ValueError(f"sparse_bidir_logsumexp: unknown output_layout {output_layout!r}; "
                          "expected 'tuple', 'padded' or 'nested'")
     if keepdim and output_layout != "tuple":
         raise ValueError("sparse_bidir_logsumexp: keepdim is only supported with output_layout='tuple'")
-    batched = input.dim() == 3
-    col_lse, row_lse, padded = (_bidir_batched if batched else _bidir_2d)(input, include_zeros)
+    col_lse, row_lse, padded = (_bidir_batched if input.dim() == 3 else _bidir_2d)(input, include_zeros)
     if output_layout == "padded":
         return padded
     if output_layout == "nested":
@@ -127,24 +150,35 @@ def sparse_bidir_logsumexp(input: Tensor, keepdim: bool = False, include_zeros: 
     return col_lse, row_lse
 
 
-def _bidir_2d(input: Tensor, include_zeros: bool):
+_bidir_logsumexp_eager = eager_only(_bidir_logsumexp)
+
+
+def _bidir_2d(input, include_zeros: bool):
     """(col_lse (c,), row_lse (r,), padded (2, G)) of a 2-D input; the first two
     are views of the third, one allocation for all."""
     r, c = input.shape
-    padded = SparseLogSumExp.apply(input, "both", include_zeros)[:, 0]
+    padded = _reduce(input, "both", include_zeros)[:, 0]
     return padded[0, :c], padded[1, :r], padded
 
 
-def _bidir_batched(input: Tensor, include_zeros: bool):
+def _bidir_batched(input, include_zeros: bool):
     """(col_lse (b, c), row_lse (b, r), padded (2, b, G)) of a batched input; views of one allocation."""
     _, r, c = input.shape
-    padded = SparseLogSumExp.apply(input, "both", include_zeros)
+    padded = _reduce(input, "both", include_zeros)
     return padded[0, :, :c], padded[1, :, :r], padded
 
 
+def _reduce(input, mode: str, include_zeros: bool) -> Tensor:
+    """The log-sum-exp with a batch axis (shapes: _kernels.lse_shape): a SparseCSR
+    through the custom op (traced by torch.compile), a torch sparse tensor eagerly."""
+    if isinstance(input, SparseCSR):
+        return _ops.lse(input.view(), input.values, mode, include_zeros)
+    return SparseLogSumExp.apply(input, mode, include_zeros)
+
+
 def _check_input(input, name: str) -> None:
-    if not isinstance(input, Tensor) or input.dim() not in (2, 3):
-        got = input.dim() if isinstance(input, Tensor) else type(input).__name__
+    if not isinstance(input, (Tensor, SparseCSR)) or input.dim() not in (2, 3):
+        got = input.dim() if isinstance(input, (Tensor, SparseCSR)) else type(input).__name__
         raise NotImplementedError(f"{name} supports 2-D or batched 3-D sparse tensors, got {got}")
     if input.layout not in _LAYOUTS:
         raise NotImplementedError(f"{name} supports sparse COO, CSR and CSC tensors, got layout {input.layout}")
@@ -159,62 +193,42 @@ def _normalise_dims(dim, ndim: int):
     dims = [dim] if isinstance(dim, int) else list(dim)
     if not dims:
         raise RuntimeError("sparse_logsumexp: dim must not be an empty sequence")
-    for d in dims:
-        if not -ndim <= d < ndim:
-            raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {d})")
-    dims = sorted(d % ndim for d in dims)
+    dims = sorted(_constant_dim(d, ndim) % ndim for d in dims)
     if len(set(dims)) != len(dims):
         raise RuntimeError("sparse_logsumexp: dim contains a repeated dimension")
     return dims
 
 
+def _constant_dim(d, ndim: int) -> int:
+    """d as a Python int in [-ndim, ndim), found by comparison: under torch.compile an
+    int argument that changed between calls is traced as a symbolic int, which Python
+    code cannot sort, test with `in` or format; each comparison specialises it."""
+    for k in range(-ndim, ndim):
+        if d == k:
+            return k
+    raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {d})")
+
+
 class SparseLogSumExp(torch.autograd.Function):
-    """Log-sum-exp of a sparse (b, n, m) or (n, m) input, always with a batch axis in
-    the output: mode "rows" (b, n), "cols" (b, m), "all" (b,), "both" (2, b, G) with
-    [0] the columns and [1] the rows, -inf padded to G = max(n, m)."""
+    """The eager path of a torch sparse (b, n, m) or (n, m) input: _kernels.lse of its CSR
+    view (CSC read transposed), always with a batch axis in the output (see
+    _kernels.lse_shape), and the values gradient on the input's pattern."""
 
     @staticmethod
     def forward(ctx, input, mode, include_zeros):
         view, transposed = _row_view(input.detach())
-        b = view.batch
-        n, m = (view.ncols, view.nrows) if transposed else (view.nrows, view.ncols)   # the user's
-        if mode == "both":
-            out = torch.full((2, b, max(n, m)), float("-inf"), dtype=input.dtype, device=input.device)
-            user_rows, user_cols = out[1], out[0]
-        elif mode == "all":
-            out = torch.empty(b, dtype=input.dtype, device=input.device)
-            user_rows = user_cols = None
-        else:
-            out = torch.empty(b, n if mode == "rows" else m, dtype=input.dtype, device=input.device)
-            user_rows, user_cols = (out, None) if mode == "rows" else (None, out)
-        view_rows, view_cols = (user_cols, user_rows) if transposed else (user_rows, user_cols)
-        if mode == "all":
-            _lse_items(view, include_zeros, out)
-        if view_rows is not None:
-            _lse_groups(view, include_zeros, view_rows, by_rows=True)
-        if view_cols is not None:
-            _lse_groups(view, include_zeros, view_cols, by_rows=False)
+        out = _kernels.lse(view, mode, include_zeros, transposed)
         if ctx.needs_input_grad[0]:
             # the values as they were (an in-place edit before backward raises), and the output
             save_operand(ctx, input, view, True, out)
-            ctx.transposed, ctx.mode, ctx.user_shape = transposed, mode, (n, m)
+            ctx.transposed, ctx.mode = transposed, mode
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, G):
         view, _, (out,) = load_operand(ctx)
-        n, m = ctx.user_shape
-        if ctx.mode == "all":      # every row of an item carries the item's lse and gradient
-            rows, cols = (out[:, None].expand(-1, view.nrows), G[:, None].expand(-1, view.nrows)), None
-        else:                      # (lse, grad) per direction of the user's matrix
-            if ctx.mode == "both":
-                user_rows, user_cols = (out[1, :, :n], G[1, :, :n]), (out[0, :, :m], G[0, :, :m])
-            else:
-                user_rows, user_cols = ((out, G), None) if ctx.mode == "rows" else (None, (out, G))
-            rows, cols = (user_cols, user_rows) if ctx.transposed else (user_rows, user_cols)
-        g = _lse_grad(view, rows, cols)
-        grad = view.grad_like(g)
+        grad = view.grad_like(_kernels.lse_grad(view, out, G, ctx.mode, ctx.transposed))
         return (grad.transpose(-2, -1) if ctx.transposed else grad), None, None
 
 
@@ -223,67 +237,3 @@ def _row_view(A: Tensor):
     if A.layout == torch.sparse_csc:
         return as_csr(A.transpose(-2, -1)), True
     return as_csr(A), False
-
-
-def _lse_groups(view, include_zeros: bool, out: Tensor, by_rows: bool) -> None:
-    """out[k, g] = lse of row (by_rows) or column g of item k of the view; out is
-    (b, w) with w at least the group count, written in place."""
-    if _kernels._use_c(view.values):
-        args = (view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, include_zeros, out)
-        if by_rows:
-            _C.lse_rows(*args, None, torch.get_num_threads())
-        else:
-            _C.lse_cols(*args, torch.get_num_threads())
-        return
-    b, count = view.batch, view.nrows if by_rows else view.ncols
-    _, rows, cols = _kernels._global_csr(view)
-    full = view.ncols if by_rows else view.nrows
-    out[:, :count] = _torch_lse(view.values.reshape(-1), rows if by_rows else cols, b * count,
-                                full if include_zeros else None).reshape(b, count)
-
-
-def _lse_items(view, include_zeros: bool, out: Tensor) -> None:
-    """out[k] = lse of the whole item k: of its row results, folded in row order."""
-    rows = torch.empty(view.batch, view.nrows, dtype=out.dtype, device=out.device)
-    if _kernels._use_c(view.values):
-        _C.lse_rows(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, include_zeros,
-                    rows, out.view(1, -1), torch.get_num_threads())
-    else:
-        _lse_groups(view, include_zeros, rows, by_rows=True)
-        out.copy_(torch.logsumexp(rows, dim=1) if view.nrows else torch.full_like(out, float("-inf")))
-
-
-def _lse_grad(view, rows, cols) -> Tensor:
-    """d(sum Gr * row lse + Gc * col lse)/d values of the view, shaped like its values;
-    rows and cols are (lse, grad) pairs of (b, n) and (b, m) tensors, or None."""
-    if _kernels._use_c(view.values):
-        g = torch.empty(1, view.values.numel(), dtype=view.values.dtype)
-        arrays = [plain(t).contiguous() if pair is not None else None
-                  for pair in (rows, cols) for t in (pair or (None, None))]
-        _C.lse_grad(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, *arrays, g,
-                    torch.get_num_threads())
-        return g.reshape(view.values.shape)
-    _, r, c = _kernels._global_csr(view)
-    v = view.values.reshape(-1)
-    g = torch.zeros_like(v)
-    for pair, group in ((rows, r), (cols, c)):
-        if pair is not None:
-            lse, grad = (t.reshape(-1) for t in pair)
-            g += grad[group] * (v - lse[group]).exp()
-    return g.reshape(view.values.shape)
-
-
-def _torch_lse(values: Tensor, group: Tensor, ngroups: int, full) -> Tensor:
-    """Per group lse of values (PyTorch ops); with full, each group also holds
-    full - (its values) zeros.  The same shift rule as csrc (tsgu_lse_shift)."""
-    shift = torch.full((ngroups,), float("-inf"), dtype=values.dtype, device=values.device)
-    shift.scatter_reduce_(0, group, values, reduce="amax")
-    zeros = None
-    if full is not None:
-        zeros = (full - torch.bincount(group, minlength=ngroups)).to(values.dtype)
-        shift = torch.where(zeros > 0, shift.clamp(min=0), shift)
-    shift = torch.where(shift.isfinite(), shift, torch.zeros_like(shift))
-    s = torch.zeros_like(shift).scatter_add_(0, group, (values - shift[group]).exp())
-    if zeros is not None:
-        s = s + torch.where(zeros > 0, zeros * (-shift).exp(), torch.zeros_like(s))   # no 0 * inf
-    return shift + s.log()
