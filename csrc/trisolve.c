@@ -13,9 +13,10 @@
  * written through its indices, so a bad matrix is an error, never inf/nan or
  * an out-of-bounds access (X then holds a partial solution).  The error
  * reported is the first broken rule in row order over the whole batch (a
- * second O(nnz) pass, on the error path only), whatever row the solve met first.  Items are independent and go to threads whole; the
- * columns of X are solved together (every row update is an axpy over p), and
- * the p = 1 sum of a row is split over two accumulators in a fixed order, so
+ * second O(nnz) pass, on the error path only), whatever row the solve met
+ * first.  Items are independent and go to threads whole; the columns of X are
+ * solved together (every row update is an axpy over p), and the p = 1 sum of
+ * a row is split over four partial sums added in a fixed order, so
  * the result does not depend on the thread count. */
 #include "tsgu.h"
 
