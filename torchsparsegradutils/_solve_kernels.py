@@ -33,7 +33,7 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool,
     triangular A; B is (n, p) or (b, n, p).  Returns a new tensor."""
     if not _kernels._use_c(A.values, B):
         return _trisolve_torch(A, B, upper, unitriangular, transpose)
-    X = torch.empty(B.shape, dtype=B.dtype).copy_(B.detach())   # copy_ applies B's negative bit
+    X = B.detach().clone(memory_format=torch.contiguous_format)   # a clone applies B's negative bit
     _C.trisolve(A.ptr, A.col, plain(A.values), A.batch, A.nrows, X, bool(upper),
                 bool(unitriangular), bool(transpose), torch.get_num_threads())
     return X
