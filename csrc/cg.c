@@ -37,11 +37,12 @@ int tsgu_cg(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, int has_x0, c
 
 #include "tsgu_krylov.h"
 
-TSGU_ISA_ATTR static int TSGU_FN(cg_run)(const tsgu_csr *A, const tsgu_dense *Bd, tsgu_dense *Xd, int has_x0,
-                                         const tsgu_krylov_opts *o, double *rel, double *true_rel,
-                                         tsgu_krylov_info *info, int nthreads)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(cg_loop)(const tsgu_csr *A, const tsgu_dense *Bd, tsgu_dense *Xd,
+                                                      int has_x0, const tsgu_krylov_opts *o, double *rel,
+                                                      double *true_rel, tsgu_krylov_info *info, int nthreads,
+                                                      const int64_t k)
 {
-    int64_t n = A->nrows, k = Bd->cols, nk = n * k, it = 0, cap = o->max_iter;
+    int64_t n = A->nrows, nk = n * k, it = 0, cap = o->max_iter;
     const real_t *B = Bd->data;
     real_t *X = Xd->data;
     real_t *R = malloc(3 * (size_t)nk * sizeof(real_t) + 1);
@@ -125,6 +126,13 @@ done:
     free(R);
     free(s);
     return status;
+}
+
+TSGU_ISA_ATTR static int TSGU_FN(cg_run)(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, int has_x0,
+                                         const tsgu_krylov_opts *o, double *rel, double *true_rel,
+                                         tsgu_krylov_info *info, int nthreads)
+{
+    TSGU_BY_COLS(B->cols, TSGU_FN(cg_loop), A, B, X, has_x0, o, rel, true_rel, info, nthreads);
 }
 
 #endif

@@ -61,8 +61,8 @@ int tsgu_minres(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, const tsg
 #include "tsgu_krylov.h"
 
 /* y = scale A v + shift v (each term only where it changes something) */
-static int TSGU_FN(minres_op)(const tsgu_csr *A, const real_t *v, real_t *y, int64_t k,
-                              const tsgu_krylov_opts *o, int nthreads)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(minres_op)(const tsgu_csr *A, const real_t *v, real_t *y,
+                                                        int64_t k, const tsgu_krylov_opts *o, int nthreads)
 {
     int64_t nk = A->nrows * k;
     int status = TSGU_FN(matvec)(A, v, y, k, nthreads);
@@ -74,11 +74,12 @@ static int TSGU_FN(minres_op)(const tsgu_csr *A, const real_t *v, real_t *y, int
     return TSGU_OK;
 }
 
-TSGU_ISA_ATTR static int TSGU_FN(minres_run)(const tsgu_csr *A, const tsgu_dense *Bd, tsgu_dense *Xd,
-                                             const tsgu_krylov_opts *o, double *rel, double *true_rel,
-                                             tsgu_krylov_info *info, int nthreads)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(minres_loop)(const tsgu_csr *A, const tsgu_dense *Bd,
+                                                          tsgu_dense *Xd, const tsgu_krylov_opts *o, double *rel,
+                                                          double *true_rel, tsgu_krylov_info *info, int nthreads,
+                                                          const int64_t k)
 {
-    int64_t n = A->nrows, k = Bd->cols, nk = n * k, it = 0;
+    int64_t n = A->nrows, nk = n * k, it = 0;
     const real_t *B = Bd->data;
     real_t *X = Xd->data;
     real_t *buf = malloc(6 * (size_t)nk * sizeof(real_t) + 1);
@@ -148,6 +149,13 @@ done:
     free(col);
     free(bnorm);
     return status;
+}
+
+TSGU_ISA_ATTR static int TSGU_FN(minres_run)(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X,
+                                             const tsgu_krylov_opts *o, double *rel, double *true_rel,
+                                             tsgu_krylov_info *info, int nthreads)
+{
+    TSGU_BY_COLS(B->cols, TSGU_FN(minres_loop), A, B, X, o, rel, true_rel, info, nthreads);
 }
 
 #endif

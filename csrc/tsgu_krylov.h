@@ -1,10 +1,16 @@
 /* tsgu_krylov.h: the block pieces shared by the Krylov solvers (cg.c, minres.c), a
  * template fragment (no include guard) included once per variant with real_t and
  * TSGU_FN defined.  A block is n x k, contiguous and row-major: column c of row i
- * at [i*k + c].  Column sums run over the rows in order, in double. */
+ * at [i*k + c].  Column sums run over the rows in order, in double.  The solvers
+ * inline these with k constant for k = 1 (TSGU_BY_COLS). */
+
+#ifndef TSGU_BY_COLS
+/* return fn(args..., k) with k a compile-time constant when it is 1 */
+#define TSGU_BY_COLS(k, fn, ...) return (k) == 1 ? fn(__VA_ARGS__, 1) : fn(__VA_ARGS__, k)
+#endif
 
 /* out[c] = sum_i x[i,c] * y[i,c] */
-TSGU_ISA_ATTR static void TSGU_FN(col_dot)(const real_t *x, const real_t *y, int64_t n, int64_t k, double *out)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(col_dot)(const real_t *x, const real_t *y, int64_t n, int64_t k, double *out)
 {
     for (int64_t c = 0; c < k; c++) out[c] = 0;
     for (int64_t i = 0; i < n; i++)
@@ -63,7 +69,7 @@ static int TSGU_FN(matvec)(const tsgu_csr *A, const real_t *x, real_t *y, int64_
 }
 
 /* true_rel[c] = ||B[:,c] - Y[:,c]|| / bnorm[c] for Y = M X (overwritten with B - Y) */
-static void TSGU_FN(residual_norms)(const real_t *B, real_t *Y, int64_t n, int64_t k, const double *bnorm,
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(residual_norms)(const real_t *B, real_t *Y, int64_t n, int64_t k, const double *bnorm,
                                     double *true_rel)
 {
     for (int64_t q = 0; q < n * k; q++) Y[q] = B[q] - Y[q];

@@ -374,13 +374,24 @@ def test_krylov_c_loops_thread_count_same_bits(solver, k):
     torch.testing.assert_close(torch.sparse.mm(A, X1), B, rtol=0, atol=1e-7)
 
 
-def test_krylov_c_loops_malformed_and_breakdown():
-    bad = torch.sparse_csr_tensor(torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1]), torch.ones(3, dtype=torch.float64),
-                                  (2, 2))                               # row 0's columns not sorted
-    for run in (lambda: linear_cg(bad, torch.ones(2, dtype=torch.float64)),
-                lambda: minres(bad, torch.ones(2, dtype=torch.float64))):
-        with pytest.raises(ValueError, match="column indices must be sorted"):
-            run()
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("crow, col, match", [
+    ([0, 2, 3], [1, 0, 1], "column indices must be sorted"),
+    ([0, 2, 3], [0, 0, 1], "column indices must be sorted"),       # repeated
+    ([0, 2, 3], [0, 2, 1], "column index is negative or not less"),
+    ([0, 2, 3], [-1, 0, 1], "column index is negative or not less"),
+    ([0, 4, 3], [0, 1, 1], "must be non-decreasing"),             # a pointer past nnz
+])
+def test_krylov_c_loops_malformed(itype, crow, col, match):
+    """The structure is checked once, before the loop reads it unchecked."""
+    A = torch.sparse_csr_tensor(torch.tensor(crow, dtype=itype), torch.tensor(col, dtype=itype),
+                                torch.ones(3, dtype=torch.float64), (2, 2))
+    for run in (linear_cg, minres):
+        with pytest.raises(ValueError, match=match):
+            run(A, torch.ones(2, dtype=torch.float64))
+
+
+def test_linear_cg_c_loop_breakdown():
     neg = torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 1]),
                                   torch.tensor([1.0, -1.0], dtype=torch.float64), (2, 2))
     with pytest.raises(RuntimeError, match="p\\^T A p must be finite and at least eps"):
