@@ -1,5 +1,8 @@
 """Preconditioned conjugate gradients for symmetric positive definite A X = B, all columns at once,
-with the Lanczos tridiagonal matrices that CG's coefficients define (for log-determinant estimates)."""
+with the Lanczos tridiagonal matrices that CG's coefficients define (for log-determinant estimates).
+
+A sparse CPU A without preconditioner or probes runs the whole loop in C (csrc/cg.c, through
+_solve_kernels.cg); _cg_loop is the same iteration in torch ops for every other operator."""
 import math
 from dataclasses import dataclass
 from typing import Callable, List, Literal, NamedTuple, Optional

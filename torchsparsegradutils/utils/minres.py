@@ -1,4 +1,7 @@
-"""MINRES (Paige & Saunders) for symmetric, possibly indefinite, A X = B, all columns at once."""
+"""MINRES (Paige & Saunders) for symmetric, possibly indefinite, A X = B, all columns at once.
+
+A sparse CPU A without preconditioner runs the whole loop in C (csrc/minres.c, through
+_solve_kernels.minres); _minres_loop is the same iteration in torch ops for every other operator."""
 from typing import Callable, NamedTuple, Optional, Union
 
 import torch
