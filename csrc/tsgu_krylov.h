@@ -4,21 +4,19 @@
  * at [i*k + c].  Column sums run over the rows in order, in double.  The solvers
  * inline these with k constant for k = 1 (TSGU_BY_COLS). */
 
-#ifndef TSGU_BY_COLS
-/* return fn(args..., k) with k a compile-time constant when it is 1 */
-#define TSGU_BY_COLS(k, fn, ...) return (k) == 1 ? fn(__VA_ARGS__, 1) : fn(__VA_ARGS__, k)
-#endif
-
 /* out[c] = sum_i x[i,c] * y[i,c] */
-TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(col_dot)(const real_t *x, const real_t *y, int64_t n, int64_t k, double *out)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(col_dot)(const real_t *x, const real_t *y, int64_t n, int64_t k,
+                                                       double *out)
 {
     for (int64_t c = 0; c < k; c++) out[c] = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t c = 0; c < k; c++) out[c] += (double)x[i * k + c] * y[i * k + c];
 }
 
-#ifndef TSGU_KRYLOV_ONCE
+#ifndef TSGU_KRYLOV_ONCE /* the parts that are the same in every variant */
 #define TSGU_KRYLOV_ONCE
+/* return fn(args..., k) with k a compile-time constant when it is 1 */
+#define TSGU_BY_COLS(k, fn, ...) return (k) == 1 ? fn(__VA_ARGS__, 1) : fn(__VA_ARGS__, k)
 #define TSGU_KRYLOV_PER_THREAD (1 << 20)
 typedef struct {
     const tsgu_csr *A;
@@ -69,8 +67,8 @@ static int TSGU_FN(matvec)(const tsgu_csr *A, const real_t *x, real_t *y, int64_
 }
 
 /* true_rel[c] = ||B[:,c] - Y[:,c]|| / bnorm[c] for Y = M X (overwritten with B - Y) */
-TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(residual_norms)(const real_t *B, real_t *Y, int64_t n, int64_t k, const double *bnorm,
-                                    double *true_rel)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(residual_norms)(const real_t *B, real_t *Y, int64_t n, int64_t k,
+                                                              const double *bnorm, double *true_rel)
 {
     for (int64_t q = 0; q < n * k; q++) Y[q] = B[q] - Y[q];
     TSGU_FN(col_dot)(Y, Y, n, k, true_rel);
