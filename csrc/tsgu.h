@@ -174,6 +174,41 @@ int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int tra
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
                      const int64_t *sizes, int64_t *ptr, int nthreads);
 
+/* Krylov solvers on an n x n CSR A (cg.c, minres.c), all k columns of an n x k
+ * block at once (blocks contiguous, row-major).  Per-column scalars are doubles;
+ * column sums run over the rows in order and products go through tsgu_spmm, so
+ * the results do not depend on the thread count. */
+typedef struct {
+    double tol;        /* relative residual ||b - A x|| / ||b|| to reach */
+    double stop;       /* cg: a column stops moving once its relative residual is at most this */
+    double tiny;       /* cg: breakdown threshold of p^T A p and r^T r */
+    int mean;          /* cg: converged when the mean relative residual (not every column's) meets tol */
+    double eps;        /* minres: floor of the Givens norm */
+    double scale, shift; /* minres: the operator is scale * A + shift * I */
+    int64_t max_iter;  /* iteration cap */
+    int64_t min_iter;  /* cg: iterate at least this many times */
+} tsgu_krylov_opts;
+
+enum { TSGU_CG_OK = 0, TSGU_CG_BREAK_START = 1, TSGU_CG_BREAK_PAP = 2, TSGU_CG_BREAK_RZ = 3 };
+
+typedef struct {
+    int64_t iterations;
+    int64_t matvecs;
+    int recursive_stop;  /* cg: stopped because the recurrence's residuals met tol */
+    int stopped_before;  /* cg: every starting residual was at most stop: no iteration */
+    int breakdown;       /* cg: TSGU_CG_OK, or which inner product broke down (an unconverged
+                          * column's r^T r at the start, p^T A p, or r^T r: below tiny or not finite) */
+} tsgu_krylov_info;
+
+int tsgu_csr_compact(const tsgu_csr *A, tsgu_csr *out, void **mem);
+/* cg: X = A^{-1} B for A SPD; X holds the initial guess on entry when has_x0.
+ * minres: X = (scale A + shift I)^{-1} B for A symmetric.  rel (k) receives the
+ * recurrence's relative residuals, true_rel (k) the recomputed ones. */
+int tsgu_cg(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, int has_x0, const tsgu_krylov_opts *o,
+            double *rel, double *true_rel, tsgu_krylov_info *info, int nthreads);
+int tsgu_minres(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, const tsgu_krylov_opts *o,
+                double *rel, double *true_rel, tsgu_krylov_info *info, int nthreads);
+
 /* Rows of a dense matrix in R groups (gather_mm, segment_mm): group r holds the
  * rows perm[q] for q in [off[r], off[r+1]), or the rows q themselves when perm
  * is NULL (consecutive segments).  Kernels check off (0 = off[0] <= ... <=

@@ -287,3 +287,124 @@ def test_lsmr_row_rhs():
     x, _ = lsmr(A, b, atol=1e-12, btol=1e-12, maxiter=200)
     assert x.shape == (1, 10)
     torch.testing.assert_close(x[0], torch.linalg.solve(D, b[0]), **F64)
+
+
+# ---------------------------------------------------------------- the C loops (csrc/cg.c, minres.c)
+def _both_paths(monkeypatch, run):
+    """run() on the C loop (a sparse CPU operator) and on the torch loop (forced with
+    _kernels._force_torch_ops, which sends the products through torch ops instead)."""
+    from torchsparsegradutils import _kernels
+    c = run()
+    monkeypatch.setattr(_kernels, "_force_torch_ops", True)
+    t = run()
+    monkeypatch.setattr(_kernels, "_force_torch_ops", False)
+    return c, t
+
+
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("reduction", ["all", "mean"])
+def test_linear_cg_c_loop_matches_torch_loop(monkeypatch, layout, dtype, k, reduction):
+    A, D = spd(60, layout, seed=4)
+    A, D = A.to(dtype), D.to(dtype)
+    B = torch.randn(60, k, dtype=dtype)
+    B[:, -1] *= 0 if k > 1 else 1                   # a zero column: its solution is zero
+    x0 = torch.randn(60, k, dtype=dtype)
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    (Xc, ic), (Xt, it) = _both_paths(monkeypatch, lambda: linear_cg(
+        A, B, tolerance=tol, initial_guess=x0, convergence_reduction=reduction, min_iter=2, return_info=True))
+    assert (ic.iterations, ic.matvecs, ic.reason) == (it.iterations, it.matvecs, it.reason)
+    assert torch.equal(ic.converged, it.converged)
+    tols = F64 if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(Xc, Xt, **tols)
+    torch.testing.assert_close(ic.true_relative_residual, it.true_relative_residual, rtol=0.5, atol=tol / 10)
+    torch.testing.assert_close(Xc, torch.linalg.solve(D, B), **tols)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("shift, value", [(None, None), (0.5, 2.0)])
+def test_minres_c_loop_matches_torch_loop(monkeypatch, dtype, k, shift, value):
+    A, D = indefinite(50)
+    A, D = A.to(dtype), D.to(dtype)
+    B = torch.randn(50, k, dtype=dtype)
+    tol = 1e-10 if dtype == torch.float64 else 1e-5
+    settings = MINRESSettings(minres_tolerance=tol)
+    Xc, Xt = _both_paths(monkeypatch, lambda: minres(A, B, shifts=shift, value=value, settings=settings))
+    M = (value or 1) * D + (shift or 0) * torch.eye(50, dtype=dtype)
+    tols = F64 if dtype == torch.float64 else dict(rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(Xc, Xt, **tols)
+    torch.testing.assert_close(Xc, torch.linalg.solve(M, B), **tols)
+
+
+def test_krylov_c_loops_match_scipy():
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+    A, D = spd(200, torch.sparse_csr, seed=5)
+    b = torch.randn(200, dtype=torch.float64)
+    As = sp.csr_matrix((A.values().numpy(), A.col_indices().numpy(), A.crow_indices().numpy()), shape=A.shape)
+    x, info = linear_cg(A, b, tolerance=1e-10, return_info=True)
+    xs, _ = spla.cg(As, b.numpy(), rtol=1e-10, maxiter=1000)
+    torch.testing.assert_close(x, torch.from_numpy(xs), **F64)
+    assert info.reason == "converged"
+    xm = minres(A, b, settings=MINRESSettings(minres_tolerance=1e-10))
+    xs, _ = spla.minres(As, b.numpy(), rtol=1e-10, maxiter=1000)
+    torch.testing.assert_close(xm, torch.from_numpy(xs), **F64)
+
+
+@pytest.mark.parametrize("solver", ["cg", "minres"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_krylov_c_loops_thread_count_same_bits(solver, k):
+    """Large enough for the products to split over threads: the bits do not change."""
+    from conftest import num_threads
+    n = 700000                                      # 1-D Laplacian plus 1: 2.1M entries, threads
+    i = torch.arange(n)
+    idx = torch.cat([torch.stack([i, i]), torch.stack([i[1:], i[:-1]]), torch.stack([i[:-1], i[1:]])], 1)
+    vals = torch.cat([torch.full((n,), 3.0), -torch.ones(2 * (n - 1))]).double()
+    A = torch.sparse_coo_tensor(idx, vals, (n, n)).coalesce().to_sparse_csr()
+    B = torch.randn(n, k, dtype=torch.float64)
+    run = (lambda: linear_cg(A, B, tolerance=1e-9)) if solver == "cg" else \
+        (lambda: minres(A, B, settings=MINRESSettings(minres_tolerance=1e-9)))
+    with num_threads(1):
+        X1 = run()
+    with num_threads(3):                            # products on 2 (k = 1) or 3 (k = 2) threads
+        X3 = run()
+    assert torch.equal(X1, X3)
+    torch.testing.assert_close(torch.sparse.mm(A, X1), B, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("crow, col, match", [
+    ([0, 2, 3], [1, 0, 1], "column indices must be sorted"),
+    ([0, 2, 3], [0, 0, 1], "column indices must be sorted"),       # repeated
+    ([0, 2, 3], [0, 2, 1], "column index is negative or not less"),
+    ([0, 2, 3], [-1, 0, 1], "column index is negative or not less"),
+    ([0, 4, 3], [0, 1, 1], "must be non-decreasing"),             # a pointer past nnz
+])
+def test_krylov_c_loops_malformed(itype, crow, col, match):
+    """The structure is checked once, before the loop reads it unchecked."""
+    A = torch.sparse_csr_tensor(torch.tensor(crow, dtype=itype), torch.tensor(col, dtype=itype),
+                                torch.ones(3, dtype=torch.float64), (2, 2))
+    for run in (linear_cg, minres):
+        with pytest.raises(ValueError, match=match):
+            run(A, torch.ones(2, dtype=torch.float64))
+
+
+def test_linear_cg_c_loop_breakdown():
+    neg = torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 1]),
+                                  torch.tensor([1.0, -1.0], dtype=torch.float64), (2, 2))
+    with pytest.raises(RuntimeError, match="p\\^T A p must be finite and at least eps"):
+        linear_cg(neg, torch.tensor([0.0, 1.0], dtype=torch.float64))
+
+
+def test_krylov_torch_loop_when_a_gradient_is_recorded():
+    """With rhs requiring grad the solvers keep the torch loop, so autograd records the
+    iterations (the C loop would return a tensor without a graph)."""
+    A, D = spd(30, torch.sparse_csr, seed=6)
+    b = torch.randn(30, dtype=torch.float64, requires_grad=True)
+    for x in (linear_cg(A, b, tolerance=1e-12), minres(A, b, settings=MINRESSettings(minres_tolerance=1e-12))):
+        assert x.grad_fn is not None
+        torch.testing.assert_close(x.detach(), torch.linalg.solve(D, b.detach()), **F64)
+        g, = torch.autograd.grad(x.sum(), b)
+        assert bool(torch.isfinite(g).all())

@@ -5,7 +5,7 @@ A's pattern); gradcheck runs in float64 through the values tensor.
 """
 import pytest
 import torch
-from conftest import dense_trisolve, seeded, to_sparse, tri_dense
+from conftest import dense_trisolve, num_threads, seeded, to_sparse, tri_dense
 
 from torchsparsegradutils import _kernels, sparse_csr_tensor, sparse_triangular_solve
 from torchsparsegradutils.utils import rand_sparse_tri
@@ -55,6 +55,49 @@ def test_dtypes_and_rhs_widths(dtype, itype, p):
     D = tri_dense(1, 30, False, False, dtype, gen)[0]
     B = torch.randn(30, p, generator=gen, dtype=dtype)
     check(to_sparse(D, "csr", itype), D, B, False, False, True, TOL[dtype])
+
+
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("unit", [False, True])
+def test_single_rhs_long_rows(upper, transpose, unit):
+    """p = 1 has its own loop (four partial sums per row, then a remainder): rows of
+    every length from 0 to 40 off-diagonal entries."""
+    gen = seeded("test_single_rhs_long_rows", upper, transpose, unit)
+    D = tri_dense(1, 41, upper, unit, torch.float64, gen, density=1.0)[0] / 8
+    B = torch.randn(41, 1, generator=gen, dtype=torch.float64)
+    check(to_sparse(D, "csr"), D, B, upper, unit, transpose, TOL[torch.float64])
+
+
+@pytest.mark.parametrize("p", [1, 3])
+def test_no_grad_path_same_bits(p):
+    """Without a gradient to record the solve skips the autograd Function: same bits."""
+    gen = torch.Generator().manual_seed(13)
+    D = tri_dense(2, 50, False, False, torch.float64, gen, density=0.3)
+    A = to_sparse(D, "csr")
+    B = torch.randn(2, 50, p, generator=gen, dtype=torch.float64)
+    Bg = B.clone().requires_grad_(True)
+    X_grad = sparse_triangular_solve(A, Bg, upper=False)
+    assert X_grad.requires_grad
+    X = sparse_triangular_solve(A, B, upper=False)
+    with torch.no_grad():
+        X_nograd = sparse_triangular_solve(A, Bg, upper=False)
+    assert not X.requires_grad and not X_nograd.requires_grad
+    assert torch.equal(X, X_grad.detach()) and torch.equal(X, X_nograd)
+    torch.testing.assert_close(X, torch.linalg.solve_triangular(D, B, upper=False), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("p", [1, 4])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_thread_count_same_bits(p, transpose):
+    gen = torch.Generator().manual_seed(17)
+    D = tri_dense(24, 300, False, False, torch.float64, gen, density=0.1)
+    A, B = to_sparse(D, "csr"), torch.randn(24, 300, p, generator=gen, dtype=torch.float64)
+    results = []
+    for t in (1, 2, 3):
+        with num_threads(t):
+            results.append(sparse_triangular_solve(A, B, upper=False, transpose=transpose))
+    assert all(torch.equal(results[0], X) for X in results[1:])
 
 
 @pytest.mark.parametrize("batched", [False, True])
@@ -161,6 +204,43 @@ def test_structure_errors(monkeypatch, A, kwargs, match, force_torch):
     with pytest.raises(ValueError, match=match):
         sparse_triangular_solve(A, torch.ones(2, 1), **kwargs)
     assert torch.equal(A.values(), vals)
+
+
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_first_error_in_row_order(upper, transpose):
+    """The solve meets the rows in the order of its direction (the last row first for
+    an upper A x = b); the error reported is still the first in row order, as a check
+    of the whole matrix before solving would find: here row 1's unsorted columns, not
+    the missing diagonal of the last row (which an upper solve reaches first)."""
+    n = 5
+    crow, col, val = [0], [], []
+    for i in range(n):
+        cols = [] if i == n - 1 else ([i, i + 2, i + 1] if i == 1 else [i])   # upper-side rows
+        if not upper:
+            cols = [] if i == n - 1 else ([i - 1, i - 2, i] if i == 2 else [i])
+        col += cols
+        val += [1.0] * len(cols)
+        crow.append(len(col))
+    A = _csr(crow, col, val, n)
+    for threads in (1, 2):
+        with num_threads(threads), pytest.raises(ValueError, match="column indices must be sorted"):
+            sparse_triangular_solve(A, torch.ones(n, 1), upper=upper, transpose=transpose)
+
+
+@pytest.mark.parametrize("crow, col, match", [
+    ([0, 2, 2, 2], [1, 5], "column index is negative or not less"),      # out of range
+    ([0, 2, 2, 2], [1, -1], "column index is negative or not less"),
+    ([0, 2, 2, 2], [2, 1], "column indices must be sorted"),
+    ([0, 0, 1, 1], [0], "not triangular on the requested side"),         # left of the diagonal
+    ([0, 0, 1, 1], [1], "unitriangular=True, but A stores"),
+])
+def test_bad_column_in_single_rhs_upper_row(crow, col, match):
+    """The p = 1 loops check every column before reading or writing through it."""
+    A = torch.sparse_csr_tensor(torch.tensor(crow), torch.tensor(col), torch.ones(len(col)), (3, 3))
+    for transpose in (False, True):
+        with pytest.raises(ValueError, match=match):
+            sparse_triangular_solve(A, torch.ones(3, 1), upper=True, unitriangular=True, transpose=transpose)
 
 
 def test_zero_diagonal_in_coo_batch_is_error_not_inf():

@@ -1,4 +1,8 @@
-"""Typed wrappers around the solve kernels (csrc/trisolve.c), on a CSRView.
+"""Typed wrappers around the solve kernels (csrc/trisolve.c, cg.c, minres.c), on a CSRView.
+
+The Krylov kernels run the whole loop of utils.linear_cg and utils.minres in one
+call for a sparse CPU A (krylov_view says when); the solvers keep their torch
+loops for everything else (callables, dense or CUDA operators, preconditioners).
 
 CPU tensors go to torchsparsegradutils._C.  Other devices go through PyTorch's
 own sparse triangular solve (``torch.triangular_solve`` with a CSR matrix, via
@@ -6,11 +10,13 @@ _compat; cuSPARSE serves it on CUDA) on the block-diagonal 2D form of the batch,
 index arithmetic: A is never densified.  The structure checks of the kernel are
 repeated there with torch ops so both paths raise the same errors.
 """
+from typing import Optional, Tuple
+
 import torch
 
 from . import _C, _kernels
 from ._compat import linalg_solve_triangular_compat
-from ._csr import CSRView, plain
+from ._csr import CSRView, as_csr, plain
 
 # the messages of the C status codes TSGU_ETRI_SIDE, TSGU_EDIAG_ZERO, TSGU_EDIAG_UNIT
 _MSG_SIDE = ("A is not triangular on the requested side: it stores an entry below the diagonal "
@@ -27,7 +33,7 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool,
     triangular A; B is (n, p) or (b, n, p).  Returns a new tensor."""
     if not _kernels._use_c(A.values, B):
         return _trisolve_torch(A, B, upper, unitriangular, transpose)
-    X = torch.empty(B.shape, dtype=B.dtype).copy_(B.detach())   # copy_ applies B's negative bit
+    X = B.detach().clone(memory_format=torch.contiguous_format)   # a clone applies B's negative bit
     _C.trisolve(A.ptr, A.col, plain(A.values), A.batch, A.nrows, X, bool(upper),
                 bool(unitriangular), bool(transpose), torch.get_num_threads())
     return X
@@ -53,3 +59,46 @@ def _trisolve_torch(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: boo
     X = linalg_solve_triangular_compat(A2.detach(), B.detach().reshape(A.batch * n, p), upper=upper,
                                        transpose=transpose, unitriangular=unitriangular)
     return X.reshape(B.shape)
+
+
+def krylov_view(A, B: torch.Tensor, *dense: Optional[torch.Tensor]) -> Optional[CSRView]:
+    """The CSR view of A when the Krylov kernels can solve A X = B: A a 2D sparse COO/CSR
+    tensor (n, n) of B's dtype (float32/float64), B (n, k), both on the CPU, and no
+    gradient to record through B or the other `dense` inputs (an initial guess); else None."""
+    if not (isinstance(A, torch.Tensor) and A.layout in (torch.sparse_coo, torch.sparse_csr) and A.dim() == 2
+            and A.dense_dim() == 0 and A.dtype in (torch.float32, torch.float64) and B.dtype == A.dtype
+            and B.dim() == 2 and A.shape[0] == A.shape[1] == B.shape[0] and _kernels._use_c(A, B)):
+        return None
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (B,) + dense):
+        return None
+    return as_csr(A.detach())
+
+
+def _krylov_outputs(B: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(B as the kernels read it, X, residuals) for an (n, k) B; residuals float64 (2, k):
+    the recurrence's relative residuals, then the recomputed ones"""
+    return (plain(B).contiguous(), torch.empty(B.shape, dtype=B.dtype),
+            torch.empty(2, B.shape[1], dtype=torch.float64))
+
+
+def cg(A: CSRView, B: torch.Tensor, X0: Optional[torch.Tensor], tol: float, stop: float, tiny: float, mean: bool,
+       max_iter: int, min_iter: int):
+    """utils.linear_cg's loop for a sparse A without preconditioner or probes (csrc/cg.c).
+    Returns (X, rel, true_rel, (iterations, matvecs, recursive_stop, stopped_before,
+    breakdown)); rel and true_rel float64 (k,), breakdown 0 or the broken inner product
+    (1: r^T r at the start, 2: p^T A p, 3: r^T r)."""
+    B, X, res = _krylov_outputs(B)
+    if X0 is not None:
+        X.copy_(X0.detach())                     # the kernel starts from it, in place
+    info = _C.cg(A.ptr, A.col, plain(A.values), A.nrows, B, X, res, X0 is not None, tol, stop, tiny, mean,
+                 max_iter, min_iter, torch.get_num_threads())
+    return X, res[0], res[1], info
+
+
+def minres(A: CSRView, B: torch.Tensor, tol: float, eps: float, scale: float, shift: float, max_iter: int):
+    """utils.minres's loop for a sparse A without preconditioner (csrc/minres.c), solving
+    (scale A + shift I) X = B.  Returns (X, rel, true_rel, iterations)."""
+    B, X, res = _krylov_outputs(B)
+    info = _C.minres(A.ptr, A.col, plain(A.values), A.nrows, B, X, res, tol, eps, scale, shift, max_iter,
+                     torch.get_num_threads())
+    return X, res[0], res[1], info[0]

@@ -74,7 +74,9 @@ def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
 @eager_only
 def _triangular_solve_torch(A: torch.Tensor, B: torch.Tensor, *flags) -> torch.Tensor:
     _check_solve_args(A, B)
-    return SparseTriangularSolve.apply(A, B, *flags)
+    if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad):
+        return SparseTriangularSolve.apply(A, B, *flags)
+    return _solve_kernels.trisolve(as_csr(A.detach()), B, *flags)   # nothing to save for a backward
 
 
 def _check_solve_args(A, B) -> None:

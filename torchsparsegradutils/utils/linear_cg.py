@@ -1,12 +1,25 @@
 """Preconditioned conjugate gradients for symmetric positive definite A X = B, all columns at once,
-with the Lanczos tridiagonal matrices that CG's coefficients define (for log-determinant estimates)."""
+with the Lanczos tridiagonal matrices that CG's coefficients define (for log-determinant estimates).
+
+A sparse CPU A without preconditioner or probes runs the whole loop in C (csrc/cg.c, through
+_solve_kernels.cg); _cg_loop is the same iteration in torch ops for every other operator."""
 import math
 from dataclasses import dataclass
 from typing import Callable, List, Literal, NamedTuple, Optional
 
 import torch
 
+from .. import _solve_kernels
 from ._operator import Operator, as_matmul, checked, col_dot, col_norm, warn_not_converged
+
+# the breakdowns, by the code the C loop gives them (1, 2, 3)
+_BREAKDOWN = {
+    1: "CG breakdown: preconditioned residual inner product must be finite and at least eps for unconverged "
+       "right-hand sides (is the preconditioner SPD?)",
+    2: "CG breakdown: p^T A p must be finite and at least eps for unconverged right-hand sides "
+       "(is A positive definite?)",
+    3: "CG breakdown: residual inner product must be finite and at least eps for unconverged right-hand sides",
+}
 
 
 class LinearCGSettings(NamedTuple):
@@ -135,7 +148,7 @@ def linear_cg(matmul_closure: Operator, rhs: torch.Tensor, n_tridiag: int = 0,
     B = rhs.unsqueeze(-1) if vector else rhs
     tol = _finite_at_least(settings.cg_tolerance if tolerance is None else tolerance, "tolerance", 0, False)
     tiny = _finite_at_least(torch.finfo(B.dtype).tiny if eps is None else eps, "eps", 0, True)
-    if not torch.tensor(tiny, dtype=B.dtype) > 0:
+    if eps is not None and not torch.tensor(tiny, dtype=B.dtype) > 0:   # finfo.tiny always is
         raise ValueError(f"eps must be representable as a positive value in the rhs dtype {B.dtype}, got {tiny}")
     stop = tol if stop_updating_after is None else _finite_at_least(stop_updating_after, "stop_updating_after",
                                                                       0, False)
@@ -153,12 +166,51 @@ def linear_cg(matmul_closure: Operator, rhs: torch.Tensor, n_tridiag: int = 0,
         raise RuntimeError(f"max_tridiag_iter ({tri_cap}) cannot exceed max_iter ({cap}): the Lanczos matrix "
                            "has one row per CG iteration")
     tri_cap = min(tri_cap, B.shape[-2])
+    x0 = None
     if initial_guess is not None:
         x0 = initial_guess.unsqueeze(-1) if initial_guess.dim() == 1 else initial_guess
         if x0.shape != B.shape:
             raise ValueError(f"initial_guess must have shape {tuple(B.shape)}, got {tuple(initial_guess.shape)}")
         if x0.device != B.device or x0.dtype != B.dtype:
             raise ValueError("initial_guess must share rhs device and dtype")
+    view = None if n_tridiag or preconditioner is not None else _solve_kernels.krylov_view(matmul_closure, B, x0)
+    if view is not None:                              # the whole loop in C
+        X, rel, true_rel, (it, matvecs, recursive_stop, stopped_before, broke) = _solve_kernels.cg(
+            view, B, x0, tol, stop, tiny, convergence_reduction == "mean", cap, min_iter)
+        if broke:
+            raise RuntimeError(_BREAKDOWN[broke])
+        rel, true_rel = rel.to(B.dtype).unsqueeze(0), true_rel.to(B.dtype).unsqueeze(0)    # (1, k)
+        alphas, betas = [], []
+    else:
+        X, rel, true_rel, it, matvecs, recursive_stop, stopped_before, alphas, betas = _cg_loop(
+            matmul_closure, B, x0, preconditioner, tol, tiny, stop, cap, min_iter, n_tridiag, tri_cap,
+            convergence_reduction)
+    converged = true_rel <= tol
+    if bool(converged.all()):
+        reason = "converged"
+    elif recursive_stop:
+        reason = "recursive_converged" if convergence_reduction == "all" else "mean_converged"
+    else:
+        reason = "stopped_updating" if stopped_before else "max_iter"
+    if reason != "converged":
+        warn_not_converged("linear_cg", it, float(true_rel.max()), tol)
+    out = [X.squeeze(-1) if vector else X]
+    if n_tridiag:
+        if alphas:
+            out.append(_lanczos_matrices(alphas, betas))
+        else:
+            out.append(B.new_zeros((n_tridiag,) + B.shape[:-2] + (0, 0)))
+    if return_info:
+        out.append(CGInfo(it, matvecs, converged.squeeze(-2), rel.squeeze(-2), true_rel.squeeze(-2), tol, reason))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _cg_loop(matmul_closure: Operator, B: torch.Tensor, x0: Optional[torch.Tensor],
+             preconditioner: Optional[Callable[[torch.Tensor], torch.Tensor]], tol: float, tiny: float, stop: float,
+             cap: int, min_iter: int, n_tridiag: int, tri_cap: int, convergence_reduction: str):
+    """linear_cg's iteration with torch ops, for any operator (the C loop of
+    _solve_kernels.cg takes a sparse CPU A without preconditioner or probes).  Returns
+    (X, rel, true_rel, iterations, matvecs, recursive_stop, stopped_before, alphas, betas)."""
     matmul = checked(as_matmul(matmul_closure, "matmul_closure"), "matmul_closure", B)
     precond = None if preconditioner is None else checked(preconditioner, "preconditioner", B)
 
@@ -168,7 +220,7 @@ def linear_cg(matmul_closure: Operator, rhs: torch.Tensor, n_tridiag: int = 0,
     zero_col = bnorm == 0
     bnorm = bnorm.masked_fill(zero_col, 1)
     Bn = B / bnorm
-    X = torch.zeros_like(B) if initial_guess is None else (x0 / bnorm).masked_fill(zero_col, 0)
+    X = torch.zeros_like(B) if x0 is None else (x0 / bnorm).masked_fill(zero_col, 0)
     R = Bn - matmul(X)
     matvecs = 1
     rel = col_norm(R)
@@ -185,8 +237,7 @@ def linear_cg(matmul_closure: Operator, rhs: torch.Tensor, n_tridiag: int = 0,
         P = Z
         rz = col_dot(R, Z)
         if bool((~frozen & ((rz < tiny) | ~torch.isfinite(rz))).any()):
-            raise RuntimeError("CG breakdown: preconditioned residual inner product must be finite and at least "
-                               "eps for unconverged right-hand sides (is the preconditioner SPD?)")
+            raise RuntimeError(_BREAKDOWN[1])
 
     def reached(rel):
         return bool((rel <= tol).all()) if convergence_reduction == "all" else float(rel.mean()) <= tol
@@ -197,11 +248,9 @@ def linear_cg(matmul_closure: Operator, rhs: torch.Tensor, n_tridiag: int = 0,
         pAp = col_dot(P, AP)
         active = ~frozen
         if bool((active & ((pAp < tiny) | ~torch.isfinite(pAp))).any()):
-            raise RuntimeError("CG breakdown: p^T A p must be finite and at least eps for unconverged "
-                               "right-hand sides (is A positive definite?)")
+            raise RuntimeError(_BREAKDOWN[2])
         if bool((active & ((rz < tiny) | ~torch.isfinite(rz))).any()):
-            raise RuntimeError("CG breakdown: residual inner product must be finite and at least eps for "
-                               "unconverged right-hand sides")
+            raise RuntimeError(_BREAKDOWN[3])
         alpha = torch.where(active, rz / torch.where(active, pAp, torch.ones_like(pAp)), torch.zeros_like(rz))
         X = X + alpha * P
         R = R - alpha * AP
@@ -225,21 +274,4 @@ def linear_cg(matmul_closure: Operator, rhs: torch.Tensor, n_tridiag: int = 0,
     X = X * bnorm
     true_rel = col_norm(B - matmul(X)) / bnorm
     matvecs += 1
-    converged = true_rel <= tol
-    if bool(converged.all()):
-        reason = "converged"
-    elif recursive_stop:
-        reason = "recursive_converged" if convergence_reduction == "all" else "mean_converged"
-    else:
-        reason = "stopped_updating" if stopped_before else "max_iter"
-    if reason != "converged":
-        warn_not_converged("linear_cg", it, float(true_rel.max()), tol)
-    out = [X.squeeze(-1) if vector else X]
-    if n_tridiag:
-        if alphas:
-            out.append(_lanczos_matrices(alphas, betas))
-        else:
-            out.append(B.new_zeros((n_tridiag,) + B.shape[:-2] + (0, 0)))
-    if return_info:
-        out.append(CGInfo(it, matvecs, converged.squeeze(-2), rel.squeeze(-2), true_rel.squeeze(-2), tol, reason))
-    return out[0] if len(out) == 1 else tuple(out)
+    return X, rel, true_rel, it, matvecs, recursive_stop, stopped_before, alphas, betas

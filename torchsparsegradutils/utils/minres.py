@@ -1,8 +1,12 @@
-"""MINRES (Paige & Saunders) for symmetric, possibly indefinite, A X = B, all columns at once."""
+"""MINRES (Paige & Saunders) for symmetric, possibly indefinite, A X = B, all columns at once.
+
+A sparse CPU A without preconditioner runs the whole loop in C (csrc/minres.c, through
+_solve_kernels.minres); _minres_loop is the same iteration in torch ops for every other operator."""
 from typing import Callable, NamedTuple, Optional, Union
 
 import torch
 
+from .. import _solve_kernels
 from ._operator import Operator, as_matmul, col_dot, col_norm, safe_div, warn_not_converged
 
 
@@ -53,9 +57,8 @@ def minres(matmul_closure: Operator, rhs: torch.Tensor, eps: float = 1e-25,
     >>> X.shape, torch.allclose((A + 5 * torch.eye(3, dtype=torch.float64)) @ X[1], b)
     (torch.Size([2, 3]), True)
     """
-    matmul = as_matmul(matmul_closure, "matmul_closure")
     if isinstance(shifts, torch.Tensor) and shifts.numel() > 1:
-        return torch.stack([minres(matmul, rhs, eps, float(s), value, max_iter, preconditioner, settings)
+        return torch.stack([minres(matmul_closure, rhs, eps, float(s), value, max_iter, preconditioner, settings)
                             for s in shifts.reshape(-1)])
     shift = 0.0 if shifts is None else float(shifts)
     scale = 1.0 if value is None else float(value)
@@ -63,6 +66,23 @@ def minres(matmul_closure: Operator, rhs: torch.Tensor, eps: float = 1e-25,
     B = rhs.unsqueeze(-1) if vector else rhs
     tol = settings.minres_tolerance
     cap = settings.max_cg_iterations if max_iter is None else max_iter
+    view = None if preconditioner is not None else _solve_kernels.krylov_view(matmul_closure, B)
+    if view is not None:                              # the whole loop in C
+        X, rel, true_rel, it = _solve_kernels.minres(view, B, tol, eps, scale, shift, cap)
+    else:
+        X, rel, true_rel, it = _minres_loop(as_matmul(matmul_closure, "matmul_closure"), B, eps, shift, scale,
+                                            tol, cap, preconditioner)
+    # the recurrence's estimate decides; the true residual catches drift in finite precision
+    if not bool((rel <= tol).all()) or not bool((true_rel <= 10 * tol).all()):
+        warn_not_converged("minres", it, float(true_rel.max()), tol)
+    return X.squeeze(-1) if vector else X
+
+
+def _minres_loop(matmul: Callable[[torch.Tensor], torch.Tensor], B: torch.Tensor, eps: float, shift: float,
+                 scale: float, tol: float, cap: int, preconditioner: Optional[Callable[[torch.Tensor], torch.Tensor]]):
+    """minres's iteration with torch ops, for any operator (the C loop of
+    _solve_kernels.minres takes a sparse CPU A without preconditioner).  Returns
+    (X, rel, true_rel, iterations)."""
     precond = preconditioner or (lambda r: r)
 
     def op(v):
@@ -109,7 +129,4 @@ def minres(matmul_closure: Operator, rhs: torch.Tensor, eps: float = 1e-25,
         X = X + phi * w
         rel = phibar.abs() / bnorm1
     true_rel = col_norm(B - op(X)) / bnorm1
-    # the recurrence's estimate decides; the true residual catches drift in finite precision
-    if not bool((rel <= tol).all()) or not bool((true_rel <= 10 * tol).all()):
-        warn_not_converged("minres", it, float(true_rel.max()), tol)
-    return X.squeeze(-1) if vector else X
+    return X, rel, true_rel, it
