@@ -933,6 +933,13 @@ def test_no_grad_path_gives_the_same_bits(layout, batched):
         no_grad = sparse_mm(A.detach().requires_grad_(), B.clone().requires_grad_())
     assert recorded.grad_fn is not None and plain_out.grad_fn is None and no_grad.grad_fn is None
     assert torch.equal(plain_out, recorded.detach()) and torch.equal(no_grad, plain_out)
+    if layout == "csr":                        # the SparseCSR operand: the custom op, or the kernel directly
+        crow, col, val = A.crow_indices(), A.col_indices(), A.values()
+        size = tuple(A.shape)
+        recorded = sparse_mm(tsgu.SparseCSR(crow, col, val.clone().requires_grad_(), size), B)
+        direct = sparse_mm(tsgu.SparseCSR(crow, col, val, size), B)
+        assert recorded.grad_fn is not None and direct.grad_fn is None
+        assert torch.equal(direct, recorded.detach()) and torch.equal(direct, plain_out)
 
 
 def test_forward_mode_ad_still_refused():

@@ -54,7 +54,10 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     if not isinstance(A, SparseCSR):
         return _sparse_mm_torch(A, B)
     _check(A, B)
-    return _ops.spmm(A.view(), A.values, B)
+    if torch.compiler.is_compiling() or records_graph(A.values, B):
+        return _ops.spmm(A.view(), A.values, B)
+    # what the custom operator runs, without its dispatch (nothing to trace or record)
+    return _kernels.spmm(_ops.view_of(A.crow_indices, A.col_indices, A.values, None, A.size), B)
 
 
 @eager_only
