@@ -4,8 +4,9 @@ and the one way every autograd Function saves such an operand for its backward.
 `as_csr(A)` checks A's structure (in C, O(nnz)) and returns a `CSRView`: row
 pointers, column indices and values, without copying A's arrays when A is CSR
 or a COO whose entries are sorted and unique (flagged coalesced or not); an
-unsorted COO is coalesced through a cached sort of its index array.  `CSRView.grad_like(values)` builds a sparse tensor in A's
-own layout holding `values` at A's stored positions: the gradient w.r.t. A.
+unsorted COO is coalesced through a cached sort of its index array.
+`CSRView.grad_like(values)` builds a sparse tensor in A's own layout holding
+`values` at A's stored positions: the gradient w.r.t. A.
 `save_operand` / `load_operand` keep a view (and whatever else a Function
 needs) across forward and backward so that in-place edits of A's values are
 caught or cannot matter.
@@ -192,7 +193,7 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     val = plain(A._values())
     coalesced = A.is_coalesced()
     hypersparse = compress_rows and batch * n > _HYPERSPARSE_ROWS_PER_ENTRY * (indices.shape[1] + 1)
-    if A.device.type == "cpu" and not hypersparse:
+    if A.is_cpu and not hypersparse:
         ptr = torch.empty(batch * n + 1, dtype=torch.int64)
         if coalesced:                     # checks ranges and row order as it fills ptr
             _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads())
