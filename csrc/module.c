@@ -46,6 +46,9 @@ typedef struct {
 
 #define MAX_HELD 8
 
+/* obj -> DLPack capsule: the registered exporter, or NULL for obj.__dlpack__() */
+static PyObject *exporter = NULL;
+
 typedef struct {
     held t[MAX_HELD];
     int count;            /* how many of t[] to give back */
@@ -61,7 +64,8 @@ static int take(call *c, PyObject *obj, const char *name)
     }
     held *h = &c->t[c->count++];
     h->name = name;
-    h->capsule = PyObject_CallMethod(obj, "__dlpack__", NULL);
+    h->capsule = exporter ? PyObject_CallFunctionObjArgs(exporter, obj, NULL)
+                          : PyObject_CallMethod(obj, "__dlpack__", NULL);
     if (!h->capsule) return -1;
     h->mt = PyCapsule_GetPointer(h->capsule, "dltensor");
     if (!h->mt) return -1;
@@ -419,9 +423,12 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
-/* ---- coo_row_ptr(indices, sizes, ptr_or_None, nthreads) ----
+/* ---- coo_row_ptr(indices, sizes, ptr_or_None, nthreads[, probe]) ----
  * checks every index of a (2|3, nnz) int64 index array against sizes; with ptr
- * (int64, batch*n+1) also checks the (batch, row) order and fills ptr.  The
+ * (int64, batch*n+1) also checks the (batch, row) order and fills ptr.  With
+ * probe (ptr needed), the order is asked, not required: it returns True, with
+ * ptr filled, when the entries are sorted by (batch, row, col) without repeats
+ * (as a coalesced tensor's are), and False otherwise.  The
  * index rows may lie any distance apart (a view of a larger buffer, or an
  * expanded array): the kernel reads row d at d * stride(0). */
 static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
@@ -429,9 +436,13 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
     (void)self;
     PyObject *oi, *osizes, *optr;
     int64_t sizes[3];
-    int status, nthreads;
+    int status, nthreads, probe = 0, coalesced = 0;
     call c = {0};
-    if (!PyArg_ParseTuple(args, "OOOi", &oi, &osizes, &optr, &nthreads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOOi|p", &oi, &osizes, &optr, &nthreads, &probe)) return NULL;
+    if (probe && optr == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "a probe needs row_ptr");
+        return NULL;
+    }
     if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
         PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
         return NULL;
@@ -471,9 +482,12 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
     }
     const int64_t *idx = data_of(&c.t[0]);
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads);
+    status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, probe ? &coalesced : NULL);
     Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    PyObject *done = finish(&c, status);
+    if (!done || !probe) return done;
+    Py_DECREF(done);
+    return PyBool_FromLong(coalesced);
 }
 
 /* ---- trisolve(ptr, col, val, batch, n, X, upper, unit, trans, nthreads) ----
@@ -773,13 +787,30 @@ static PyObject *py_lse_grad(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
+/* ---- set_exporter(fn): fn(tensor) -> "dltensor" capsule, used by every later call ---- */
+static PyObject *py_set_exporter(PyObject *self, PyObject *fn)
+{
+    (void)self;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "the exporter must be callable");
+        return NULL;
+    }
+    PyObject *old = exporter;
+    Py_INCREF(fn);
+    exporter = fn;
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"set_exporter", py_set_exporter, METH_O, "set_exporter(fn): fn(tensor) -> DLPack capsule"},
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
     {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
-    {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS, "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads)"},
+    {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS,
+     "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads[, probe]) -> None, or coalesced with probe"},
     {"trisolve", py_trisolve, METH_VARARGS,
      "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},
     {"cg", py_cg, METH_VARARGS,

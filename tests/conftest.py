@@ -100,6 +100,8 @@ def to_sparse(D: torch.Tensor, layout: str, itype=torch.int64, gen=None) -> torc
     idx, val = A.indices(), A.values()
     if layout == "coo":
         return A
+    if layout == "coo_unflagged":      # sorted and unique, but not flagged coalesced
+        return torch.sparse_coo_tensor(idx, val, D.shape)
     if layout in ("coo_sliced", "coo_colmajor", "coo_step"):
         return torch.sparse_coo_tensor(_strided(idx, layout[4:]), val, D.shape, is_coalesced=True)
     if layout == "coo_expanded":

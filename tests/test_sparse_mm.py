@@ -67,9 +67,9 @@ TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-10
 
 GRID = [
     # layout, batched, itype
-    ("coo", False, torch.int64), ("coo_uncoalesced", False, torch.int64),
+    ("coo", False, torch.int64), ("coo_uncoalesced", False, torch.int64), ("coo_unflagged", False, torch.int64),
     ("csr", False, torch.int64), ("csr", False, torch.int32),
-    ("coo", True, torch.int64), ("coo_uncoalesced", True, torch.int64),
+    ("coo", True, torch.int64), ("coo_uncoalesced", True, torch.int64), ("coo_unflagged", True, torch.int64),
     ("csr", True, torch.int64), ("csr", True, torch.int32),
 ]
 SHAPES = [(7, 5, 3, 12), (5, 9, 1, 10), (30, 40, 17, 200), (4, 4, 0, 5), (6, 3, 2, 0),  # n, m, p, nnz
@@ -754,3 +754,211 @@ def test_hypersparse_coo_matches_dense(p):
     torch.testing.assert_close(C, Ad @ Bd)
     torch.testing.assert_close(B.grad, Bd.grad)
     torch.testing.assert_close(A.grad.to_dense(), Ad.grad * (Ad.detach() != 0))
+
+
+# ---------------------------------------------------------------- issue 10: COO structure, per-call path
+def _unsorted_coo_indices(n, m, nnz, seed):
+    """A (2, nnz) index array in random order, a quarter of its positions repeated."""
+    g = seeded(f"unsorted{seed}")
+    key = torch.randperm(n * m, generator=g)[:nnz]
+    q = nnz // 4
+    key[:q] = key[q:2 * q]
+    key = key[torch.randperm(nnz, generator=g)]
+    return torch.stack([key // m, key % m])
+
+
+def _check_coo_product(idx, vals, B, shape):
+    """sparse_mm of torch.sparse_coo_tensor(idx, vals) (vals a leaf) against dense
+    autograd: the product and the gradients of vals and B."""
+    A = torch.sparse_coo_tensor(idx, vals, shape)
+    Bx = B.clone().requires_grad_()
+    C = sparse_mm(A, Bx)
+    G = torch.randn(C.shape, generator=seeded("G"), dtype=C.dtype)
+    gv, gB = torch.autograd.grad(C, (vals, Bx), G)
+    D = A.detach().to_dense().requires_grad_()
+    Cr = D @ B
+    gD, = torch.autograd.grad(Cr, (D,), G)
+    torch.testing.assert_close(C, Cr)
+    torch.testing.assert_close(gB, D.detach().t() @ G)
+    torch.testing.assert_close(gv, gD[tuple(idx)])
+
+
+@pytest.fixture
+def structures():
+    """The cache of coalesced structures, emptied before and after the test."""
+    from torchsparsegradutils import _csr
+    _csr._STRUCTURES.clear()
+    yield _csr._STRUCTURES
+    _csr._STRUCTURES.clear()
+
+
+def test_unflagged_sorted_coo_needs_no_structure(structures):
+    """A COO not flagged coalesced whose entries are sorted and unique is read as it
+    is: no sort, nothing cached, the gradient on its own indices."""
+    D = random_dense(1, 9, 7, 20, torch.float64, seeded("unflagged"))[0]
+    A = to_sparse(D, "coo_unflagged").requires_grad_()
+    assert not A.is_coalesced()
+    B = torch.randn(7, 3, dtype=torch.float64, generator=seeded("B"))
+    sparse_mm(A, B).sum().backward()
+    assert len(structures) == 0
+    assert torch.equal(A.grad._indices(), A._indices())
+    torch.testing.assert_close(A.grad.to_dense(), (torch.ones(9, 3, dtype=torch.float64) @ B.t()) * (D != 0))
+
+
+def test_unsorted_coo_structure_is_reused_and_follows_in_place_edits(structures):
+    """An unsorted COO's coalesced structure is derived once and reused while its
+    indices hold the same content.  An in-place edit of the user's index tensor
+    (which moves no version counter the sparse tensor can see) gets a new one."""
+    n, m = 30, 20
+    idx = _unsorted_coo_indices(n, m, 120, 0)
+    vals = torch.randn(120, dtype=torch.float64, generator=seeded("v"), requires_grad=True)
+    B = torch.randn(m, 4, dtype=torch.float64, generator=seeded("B"))
+    _check_coo_product(idx, vals, B, (n, m))
+    assert len(structures) == 1
+    first = next(iter(structures.values()))
+    _check_coo_product(idx, vals, B, (n, m))
+    assert next(iter(structures.values())) is first                     # reused
+    A = torch.sparse_coo_tensor(idx, vals, (n, m))
+    version = A._indices()._version
+    idx[1, :7] = (idx[1, :7] + 3) % m                                   # edit through the user's tensor
+    assert A._indices()._version == version                             # invisible to A's counter
+    _check_coo_product(idx, vals, B, (n, m))
+    assert len(structures) == 1 and next(iter(structures.values())) is not first
+    torch.testing.assert_close(sparse_mm(A, B), A.detach().to_dense() @ B)   # the old A sees the edit too
+
+
+def test_unsorted_coo_new_tensor_in_old_memory(structures):
+    """A new index tensor in the memory of a freed one (same address, shape and
+    strides: the cache key) with other content is not served the old structure."""
+    n, m, nnz = 25, 25, 80
+    buf = torch.empty(2, nnz, dtype=torch.int64)
+    B = torch.randn(m, 2, dtype=torch.float64, generator=seeded("B"))
+    for seed in range(3):
+        buf.copy_(_unsorted_coo_indices(n, m, nnz, seed))
+        idx = buf.view(2, nnz)                 # a new tensor object each time, same memory
+        vals = torch.randn(nnz, dtype=torch.float64, generator=seeded(f"v{seed}"), requires_grad=True)
+        _check_coo_product(idx, vals, B, (n, m))
+        del idx
+    assert len(structures) == 1
+
+
+def test_malformed_unsorted_coo_still_raises_with_a_structure_cached(structures):
+    """A cached structure never stands in for the checks: an index array out of
+    range raises, whether it is another tensor or the cached one edited in place."""
+    n, m = 12, 10
+    idx = _unsorted_coo_indices(n, m, 40, 1)
+    vals = torch.randn(40, dtype=torch.float64)
+    B = torch.randn(m, 2, dtype=torch.float64)
+    sparse_mm(torch.sparse_coo_tensor(idx, vals, (n, m)), B)
+    assert len(structures) == 1
+    bad = idx.clone()
+    bad[1, 5] = m                                                       # column out of range
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_mm(torch.sparse_coo_tensor(bad, vals, (n, m), check_invariants=False), B)
+    A = torch.sparse_coo_tensor(idx, vals, (n, m))
+    idx[0, 3] = -1                                                      # the cached array, edited
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_mm(A, B)
+    idx[0, 3] = n
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_mm(A, B)
+
+
+def test_structure_cache_keeps_nothing_alive_and_stays_bounded(structures):
+    """The cache holds private tensors only: the user's index tensor and sparse tensor
+    die when the user drops them, the entry goes at the next look-up, and no more
+    than _MAX_STRUCTURES entries are ever kept."""
+    import gc
+    import weakref
+
+    from torchsparsegradutils import _csr
+    n, m = 20, 20
+    B = torch.randn(m, 2, dtype=torch.float64)
+    idx = _unsorted_coo_indices(n, m, 50, 2)
+    A = torch.sparse_coo_tensor(idx, torch.randn(50, dtype=torch.float64), (n, m))
+    sparse_mm(A, B)
+    refs = [weakref.ref(idx), weakref.ref(A)]
+    del idx, A
+    gc.collect()
+    assert all(r() is None for r in refs)
+    alive = [_unsorted_coo_indices(n, m, 50, 10 + k) for k in range(3 * _csr._MAX_STRUCTURES)]
+    for k, ix in enumerate(alive):
+        sparse_mm(torch.sparse_coo_tensor(ix, torch.randn(50, dtype=torch.float64), (n, m)), B)
+        assert len(structures) <= _csr._MAX_STRUCTURES
+        assert all(not s.storage.expired() for s in structures.values())
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_coo_row_pointer_probe_for_any_thread_count(batched):
+    """The probe answers 'sorted and unique' (and fills the pointers then), for any
+    thread count and wherever the first repeat or inversion lies, and checks every
+    range either way."""
+    from torchsparsegradutils import _C
+    g = seeded(f"probe{batched}")
+    sizes = (3, 4000, 500) if batched else (12000, 500)
+    nnz = 700_000
+    b, n, m = (sizes if batched else (1,) + sizes)
+    key = torch.unique(torch.randint(0, b * n * m, (nnz + nnz // 10,), generator=g))[:nnz]
+    r, j = key // m, key % m
+    idx = torch.stack([r // n, r % n, j] if batched else [r, j]).contiguous()
+    expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(r, minlength=b * n).cumsum(0)])
+    for t in (1, 2):
+        ptr = torch.full((b * n + 1,), -7, dtype=torch.long)
+        assert _C.coo_row_ptr(idx, sizes, ptr, t, True) is True
+        assert torch.equal(ptr, expect)
+        for at in (1, nnz // 2, nnz // 2 + 1, nnz - 1):     # a repeat, then an inversion, at chunk edges too
+            rep = idx.clone()
+            rep[:, at] = rep[:, at - 1]
+            inv = idx.clone()
+            inv[:, [at - 1, at]] = inv[:, [at, at - 1]]
+            for bad in (rep, inv):
+                assert _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), t, True) is False
+        oob = inv.clone()
+        oob[-1, -1] = m                                      # out of range after the inversion
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            _C.coo_row_ptr(oob, sizes, torch.empty(b * n + 1, dtype=torch.long), t, True)
+    with pytest.raises(ValueError, match="probe needs row_ptr"):
+        _C.coo_row_ptr(idx, sizes, None, 1, True)
+
+
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "coo_unflagged", "csr"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_no_grad_path_gives_the_same_bits(layout, batched):
+    """Without anything to differentiate, sparse_mm skips the autograd.Function:
+    the same bits as the forward of the recorded path, and no graph."""
+    A, B, _, _ = make_case(layout, batched, 20, 15, 5, 60, torch.float32, torch.int64)
+    recorded = sparse_mm(A, B.clone().requires_grad_())
+    plain_out = sparse_mm(A, B)
+    with torch.no_grad():
+        no_grad = sparse_mm(A.detach().requires_grad_(), B.clone().requires_grad_())
+    assert recorded.grad_fn is not None and plain_out.grad_fn is None and no_grad.grad_fn is None
+    assert torch.equal(plain_out, recorded.detach()) and torch.equal(no_grad, plain_out)
+    if layout == "csr":                        # the SparseCSR operand: the custom op, or the kernel directly
+        crow, col, val = A.crow_indices(), A.col_indices(), A.values()
+        size = tuple(A.shape)
+        recorded = sparse_mm(tsgu.SparseCSR(crow, col, val.clone().requires_grad_(), size), B)
+        direct = sparse_mm(tsgu.SparseCSR(crow, col, val, size), B)
+        assert recorded.grad_fn is not None and direct.grad_fn is None
+        assert torch.equal(direct, recorded.detach()) and torch.equal(direct, plain_out)
+
+
+def test_forward_mode_ad_still_refused():
+    """An open forward-AD level takes the Function path, which refuses a tangent
+    instead of dropping it silently."""
+    import torch.autograd.forward_ad as fwAD
+    A, B, _, _ = make_case("csr", False, 5, 4, 2, 8, torch.float64, torch.int64)
+    with fwAD.dual_level():
+        with pytest.raises(NotImplementedError, match="jvp"):
+            sparse_mm(A, fwAD.make_dual(B, torch.ones_like(B)))
+
+
+def test_kernels_take_the_registered_exporter():
+    """Tensors reach C through torch.utils.dlpack.to_dlpack; plain() guarantees what
+    that export does not check (no gradient, no negation bit)."""
+    from torchsparsegradutils._csr import plain
+    x = torch.randn(3, requires_grad=True)
+    assert not plain(x).requires_grad
+    neg = torch._neg_view(torch.tensor([1.0, -2.0]))
+    assert neg.is_neg() and not plain(neg).is_neg() and torch.equal(plain(neg), torch.tensor([-1.0, 2.0]))
+    with pytest.raises(TypeError, match="callable"):
+        tsgu._C.set_exporter(3)

@@ -3,16 +3,22 @@ and the one way every autograd Function saves such an operand for its backward.
 
 `as_csr(A)` checks A's structure (in C, O(nnz)) and returns a `CSRView`: row
 pointers, column indices and values, without copying A's arrays when A is CSR
-or coalesced COO.  `CSRView.grad_like(values)` builds a sparse tensor in A's
-own layout holding `values` at A's stored positions: the gradient w.r.t. A.
+or a COO whose entries are sorted and unique (flagged coalesced or not); an
+unsorted COO is coalesced through a cached sort of its index array.
+`CSRView.grad_like(values)` builds a sparse tensor in A's own layout holding
+`values` at A's stored positions: the gradient w.r.t. A.
 `save_operand` / `load_operand` keep a view (and whatever else a Function
 needs) across forward and backward so that in-place edits of A's values are
 caught or cannot matter.
 """
+import threading
 import weakref
+from collections import OrderedDict
 from typing import NamedTuple, Optional
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils.dlpack import to_dlpack
 
 from . import _C
 
@@ -140,13 +146,23 @@ def entry_rows(crow: torch.Tensor) -> torch.Tensor:
 
 def plain(t: torch.Tensor) -> torch.Tensor:
     """t as the C kernels may read it: detached, and with PyTorch's lazy negation
-    and conjugation applied (DLPack carries neither bit: a `.neg()` view would
-    otherwise be read with the wrong sign)."""
-    return t.detach().resolve_neg().resolve_conj()
+    applied (DLPack carries no such bit: a `.neg()` view would otherwise be read
+    with the wrong sign).  The lazy conjugation needs no care: only complex
+    tensors carry it, and the kernels refuse complex dtypes."""
+    if t.requires_grad:
+        t = t.detach()
+    return t.resolve_neg() if t.is_neg() else t
+
+
+# Every tensor reaches the C kernels through this C-level DLPack export (the
+# method Tensor.__dlpack__ costs ten times more per call, in Python); what it
+# does not check, plain() has made true: no gradient, no negation bit.
+_C.set_exporter(to_dlpack)
 
 
 def as_csr(A: torch.Tensor, compress_rows: bool = False) -> CSRView:
-    """The CSR view of a detached sparse COO/CSR tensor of shape (n, m) or (b, n, m).
+    """The CSR view of a sparse COO/CSR tensor of shape (n, m) or (b, n, m), detached
+    or read where no graph is recorded (its arrays are taken through plain()).
     With compress_rows, a hypersparse COO A keeps only its non-empty rows (see
     CSRView.rows): memory O(nnz), however many rows A has."""
     if A.layout == torch.sparse_csr:
@@ -157,41 +173,120 @@ def as_csr(A: torch.Tensor, compress_rows: bool = False) -> CSRView:
 def _from_csr(A: torch.Tensor) -> CSRView:
     if A.dense_dim() != 0:
         raise ValueError("A must not have dense dimensions (hybrid CSR tensors are not supported)")
-    batched = A.dim() == 3
-    n, m = A.shape[-2], A.shape[-1]
+    shape = A.shape
     ptr, col, val = (plain(t).contiguous() for t in (A.crow_indices(), A.col_indices(), A.values()))
-    return CSRView(ptr, col, val, A.shape[0] if batched else 1, n, m, A.shape)
+    return CSRView(ptr, col, val, shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], shape)
 
 
 def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
+    """A COO A's view.  On CPU one pass in C checks every index and builds the row
+    pointers; an A not flagged coalesced whose entries are sorted and unique (most
+    index arrays are) is used as it is, and only one that is not is coalesced,
+    through a cached sort of its index array (see _coalesced_structure)."""
     if A.dense_dim() != 0:
         raise ValueError("A must not have dense dimensions (hybrid COO tensors are not supported)")
-    sizes = tuple(A.shape)
+    shape = A.shape
+    sizes = tuple(shape)
+    batch = sizes[0] if len(sizes) == 3 else 1
+    n, m = sizes[-2], sizes[-1]
     indices = _unit_stride_rows(plain(A._indices()))
-    ranges_checked = not A.is_coalesced()
-    if ranges_checked:
+    val = plain(A._values())
+    coalesced = A.is_coalesced()
+    hypersparse = compress_rows and batch * n > _HYPERSPARSE_ROWS_PER_ENTRY * (indices.shape[1] + 1)
+    if A.is_cpu and not hypersparse:
+        ptr = torch.empty(batch * n + 1, dtype=torch.int64)
+        if coalesced:                     # checks ranges and row order as it fills ptr
+            _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads())
+        elif not _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads(), True):
+            s = _coalesced_structure(indices, sizes)
+            indices, ptr = s.indices, s.ptr
+            val = val.index_select(0, s.order) if s.slot is None else \
+                val.new_zeros(indices.shape[1]).index_add_(0, s.slot, val)
+        return CSRView(ptr, indices[-1], val.contiguous(), batch, n, m, shape, indices)
+    if not coalesced:
         # Check ranges before coalescing: coalesce would fold an out-of-range
         # index onto a valid position and hide the error.
         _check_coo_ranges(indices, sizes)
         A = A.coalesce()
         indices = _unit_stride_rows(plain(A._indices()))
-    val = plain(A._values()).contiguous()
-    batch = sizes[0] if len(sizes) == 3 else 1
-    n, m = sizes[-2], sizes[-1]
-    nnz = val.numel()
-    if compress_rows and batch * n > _HYPERSPARSE_ROWS_PER_ENTRY * (nnz + 1):
-        if not ranges_checked:
-            _check_coo_ranges(indices, sizes)
-        return _hypersparse(indices, val, sizes, A.shape)
-    if A.device.type == "cpu":                # checks ranges and order as it fills ptr
-        ptr = torch.empty(batch * n + 1, dtype=torch.int64)
-        _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads())
+        val = plain(A._values())
     else:
-        if not ranges_checked:
-            _check_coo_ranges(indices, sizes)
-        ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=A.device)
-        ptr[1:] = torch.bincount(_global_rows(indices, n), minlength=batch * n).cumsum(0)
-    return CSRView(ptr, indices[-1], val, batch, n, m, A.shape, indices)
+        _check_coo_ranges(indices, sizes)
+    val = val.contiguous()
+    if hypersparse:
+        return _hypersparse(indices, val, sizes, shape)
+    ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=A.device)
+    ptr[1:] = torch.bincount(_global_rows(indices, n), minlength=batch * n).cumsum(0)
+    return CSRView(ptr, indices[-1], val, batch, n, m, shape, indices)
+
+
+# ------------------------------------------------- the coalesced form of an unsorted COO
+class _Structure(NamedTuple):
+    """How the entries of one CPU index array (`source`, a private copy) coalesce:
+    `indices` (sorted, unique) with row pointers `ptr`; a values array in that
+    order is values[order] when no position repeats (`slot` None), else the sum,
+    by index_add in entry order as coalesce() sums, at `slot` (the coalesced
+    position of every entry)."""
+    source: torch.Tensor
+    storage: StorageWeakRef
+    indices: torch.Tensor
+    ptr: torch.Tensor
+    order: torch.Tensor
+    slot: Optional[torch.Tensor]
+
+
+# Structures of recently seen unsorted index arrays, newest last, keyed by where
+# and how the array lies in memory.  A hit is only a candidate: it is used when
+# the array still holds exactly `source` (one comparison, O(nnz)).  No version
+# counter or identity can stand in for that comparison: torch.sparse_coo_tensor
+# shares its indices' memory but not their version counter, so an in-place edit
+# of the user's index tensor changes A's indices and no counter A can see.
+# Entries hold private tensors only (never the user's), so the cache keeps no
+# tensor alive; at most _MAX_STRUCTURES are kept, and one whose index memory has
+# been freed is dropped at the next look-up.
+_STRUCTURES: "OrderedDict[tuple, _Structure]" = OrderedDict()
+_MAX_STRUCTURES = 4
+_STRUCTURES_LOCK = threading.Lock()
+
+
+def _coalesced_structure(indices: torch.Tensor, sizes) -> _Structure:
+    """The coalesced structure of a CPU COO index array whose indices are in range
+    (checked by the caller) but not sorted and unique."""
+    key = (indices.data_ptr(), tuple(indices.shape), indices.stride(), sizes)
+    with _STRUCTURES_LOCK:
+        for k in [k for k, s in _STRUCTURES.items() if s.storage.expired()]:
+            del _STRUCTURES[k]
+        s = _STRUCTURES.get(key)
+        if s is not None:
+            _STRUCTURES.move_to_end(key)
+    if s is not None and torch.equal(s.source, indices):
+        return s
+    s = _sort_structure(indices, sizes)
+    with _STRUCTURES_LOCK:
+        _STRUCTURES[key] = s
+        _STRUCTURES.move_to_end(key)
+        while len(_STRUCTURES) > _MAX_STRUCTURES:
+            _STRUCTURES.popitem(last=False)
+    return s
+
+
+def _sort_structure(indices: torch.Tensor, sizes) -> _Structure:
+    n, batch = sizes[-2], sizes[0] if len(sizes) == 3 else 1
+    rows, cols = _global_rows(indices, n), indices[-1]
+    order = torch.sort(cols, stable=True).indices                 # by (row, col), repeats
+    order = order.index_select(0, torch.sort(rows.index_select(0, order), stable=True).indices)
+    r, c = rows.index_select(0, order), cols.index_select(0, order)   # in entry order
+    first = torch.ones_like(r, dtype=torch.bool)                  # first entry of its position
+    torch.logical_or(r[1:] != r[:-1], c[1:] != c[:-1], out=first[1:])
+    slot = None
+    if not bool(first.all()):
+        slot = torch.empty_like(order)
+        slot[order] = torch.cumsum(first, 0) - 1
+        order = order[first]
+    coalesced = indices.index_select(1, order)
+    ptr = torch.empty(batch * n + 1, dtype=torch.int64)
+    _C.coo_row_ptr(coalesced, sizes, ptr, torch.get_num_threads())
+    return _Structure(indices.clone(), StorageWeakRef(indices.untyped_storage()), coalesced, ptr, order, slot)
 
 
 def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRView:

@@ -7,6 +7,7 @@ is that message exactly (users and its tests compare it); what we know beyond it
 tracebacks print.
 """
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 from ._csr import SparseCSR
 
@@ -24,8 +25,24 @@ def error(cls, message: str, detail: str = "") -> Exception:
 def eager_only(fn):
     """fn, run eagerly under torch.compile: Dynamo cannot trace torch sparse tensors
     (pytorch#169119), so it breaks the graph at the call, and traces nothing inside
-    it, instead of failing there."""
+    it, instead of failing there.  (Calling fn directly outside compilation would
+    save about a microsecond, but after a graph break Dynamo then compiles fn's
+    inner frames one by one, and fails in some.)"""
     return torch.compiler.disable(fn)
+
+
+def records_graph(*tensors) -> bool:
+    """Does an op on these tensors need its autograd.Function: grad mode on and one
+    of them requiring grad, or a forward-mode AD level open (any tensor may carry a
+    tangent then, and the Function is what refuses or propagates it)?"""
+    if forward_ad._current_level >= 0:
+        return True
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if t.requires_grad:
+            return True
+    return False
 
 
 def check_no_functorch(name: str) -> None:

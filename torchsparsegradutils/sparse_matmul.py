@@ -3,7 +3,7 @@ import torch
 
 from . import _kernels, _ops
 from ._csr import SparseCSR, as_csr, load_operand, save_operand
-from ._validate import check_operands, eager_only
+from ._validate import check_operands, eager_only, records_graph
 
 
 def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
@@ -54,13 +54,18 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     if not isinstance(A, SparseCSR):
         return _sparse_mm_torch(A, B)
     _check(A, B)
-    return _ops.spmm(A.view(), A.values, B)
+    if torch.compiler.is_compiling() or records_graph(A.values, B):
+        return _ops.spmm(A.view(), A.values, B)
+    # what the custom operator runs, without its dispatch (nothing to trace or record)
+    return _kernels.spmm(_ops.view_of(A.crow_indices, A.col_indices, A.values, None, A.size), B)
 
 
 @eager_only
 def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     _check(A, B)
-    return SparseMatMul.apply(A, B)
+    if records_graph(A, B):
+        return SparseMatMul.apply(A, B)
+    return _kernels.spmm(as_csr(A, compress_rows=True), B)     # what the Function's forward does
 
 
 def _check(A, B) -> None:
@@ -74,7 +79,7 @@ class SparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B):
-        view = as_csr(A.detach(), compress_rows=True)
+        view = as_csr(A, compress_rows=True)         # reads A (no graph is recorded in forward)
         C = _kernels.spmm(view, B)
         # grad_B = A^T G reads A's values; grad_A reads only the pattern
         save_operand(ctx, A, view, ctx.needs_input_grad[1], B if ctx.needs_input_grad[0] else None)
