@@ -38,20 +38,26 @@ typedef struct {
     void *out;
     int64_t ld;
     int64_t P, Q, tasks, T;             /* chunks, threads per chunk, chunk tasks, column tasks */
-    int64_t rows[TSGU_MAX_THREADS + 1]; /* chunk p: global rows [rows[p], rows[p+1]) */
-    int64_t base[TSGU_MAX_THREADS + 1]; /* chunk p: states [base[p], base[p+1]), from item rows[p] / n */
+    int64_t rows[TSGU_MAX_THREADS + 1]; /* chunk p: global rows [rows[p], rows[p+1]), ... */
+    int64_t k0[TSGU_MAX_THREADS];       /* ... of items [k0[p], k1[p]] (k1 < k0: none), ... */
+    int64_t k1[TSGU_MAX_THREADS];
+    int64_t base[TSGU_MAX_THREADS + 1]; /* ... column j of item k in state base[p] + (k - k0[p])*m + j */
     void *state;
 } lse_cols_ctx;
 
-/* x->P chunks of about equal entries and their states' places; the total count of states */
+/* x->P chunks of about equal entries, their items and their states' places;
+ * the total count of states */
 static int64_t lse_cols_chunks(lse_cols_ctx *x)
 {
     const tsgu_csr *A = x->A;
     int64_t n = A->nrows, m = A->ncols, total = 0;
     x->P = tsgu_split_rows(A, 4, A->nnz / TSGU_CHUNK_ENTRIES >= m ? TSGU_CHUNKS : 1, x->rows);
     for (int64_t p = 0; p < x->P; p++) {
+        int empty = x->rows[p] == x->rows[p + 1];            /* (n may be 0 only then) */
+        x->k0[p] = empty ? 0 : x->rows[p] / n;
+        x->k1[p] = empty ? -1 : (x->rows[p + 1] - 1) / n;
         x->base[p] = total;
-        if (x->rows[p] < x->rows[p + 1]) total += ((x->rows[p + 1] - 1) / n - x->rows[p] / n + 1) * m;
+        total += (x->k1[p] - x->k0[p] + 1) * m;
     }
     x->base[x->P] = total;
     return total;
@@ -152,13 +158,12 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_cols_pass)(const lse_cols_ctx *x, int64_t t
     int64_t n = A->nrows, m = A->ncols;
     for (int64_t u = t; u < x->P * x->Q; u += x->tasks) {
         int64_t p = u / x->Q, q = u % x->Q, r0 = x->rows[p], r1 = x->rows[p + 1];
-        if (r0 == r1) continue;                           /* (n may be 0 only then) */
         int64_t span = x->base[p + 1] - x->base[p], lo = span * q / x->Q, hi = span * (q + 1) / x->Q;
         TSGU_FN(lse_col) *st = (TSGU_FN(lse_col) *)x->state + x->base[p];
         if (pass == 1)
             for (int64_t c = lo; c < hi; c++) st[c] = (TSGU_FN(lse_col)){0, -INFINITY};
-        for (int64_t k = r0 / n; k <= (r1 - 1) / n; k++) {   /* item k: states st[c0..c0+m) */
-            int64_t c0 = (k - r0 / n) * m, jlo = lo - c0, jhi = hi - c0;
+        for (int64_t k = x->k0[p]; k <= x->k1[p]; k++) {     /* item k: states st[c0..c0+m) */
+            int64_t c0 = (k - x->k0[p]) * m, jlo = lo - c0, jhi = hi - c0;
             int64_t i0 = k * n < r0 ? r0 - k * n : 0, i1 = (k + 1) * n > r1 ? r1 - k * n : n;
             if (jlo < 0) jlo = 0;
             if (jhi > m) jhi = m;
@@ -195,15 +200,17 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_cols_combine)(const lse_cols_ctx *x, int64_
 {
     TSGU_FN(lse_col) *state = x->state;
     real_t *out = x->out;
-    int64_t n = x->A->nrows, m = x->A->ncols, C = x->A->batch * m;
-    for (int64_t c = C * t / x->T; c < C * (t + 1) / x->T; c++) {
-        int64_t k = c / m, j = c - k * m, first = 1;
+    int64_t n = x->A->nrows, m = x->A->ncols, C = x->A->batch * m, c0 = C * t / x->T;
+    TSGU_FN(lse_col) *st[TSGU_MAX_THREADS];
+    for (int64_t c = c0, k = c0 / m, j = c0 - k * m; c < C * (t + 1) / x->T; c++, j++) {
+        if (j == m) {                                      /* the next item's first column */
+            k++;
+            j = 0;
+        }
+        int64_t covering = 0, first = 1;
         double mx = -INFINITY, s = 0;
-        TSGU_FN(lse_col) *st[TSGU_MAX_THREADS];
-        int64_t covering = 0;
         for (int64_t p = 0; p < x->P; p++)
-            if (x->rows[p] < x->rows[p + 1] && x->rows[p] / n <= k && k <= (x->rows[p + 1] - 1) / n)
-                st[covering++] = state + x->base[p] + (k - x->rows[p] / n) * m + j;
+            if (x->k0[p] <= k && k <= x->k1[p]) st[covering++] = state + x->base[p] + (k - x->k0[p]) * m + j;
         for (int64_t q = 0; q < covering; q++) {
             if (finish || st[q]->mx > mx) mx = st[q]->mx;   /* (the shift, the same in each) */
             s += st[q]->s;
