@@ -190,9 +190,41 @@ def test_gradcheck(path, layout):
     assert torch.autograd.gradcheck(fn, (vals,))
 
 
-def test_same_bits_for_any_thread_count():
+@pytest.mark.parametrize("include_zeros", [True, False], ids=["zeros", "no_zeros"])
+def test_column_chunks_match_reference(include_zeros, monkeypatch):
+    """Large enough for the column kernel's two row chunks, the boundary inside item 1 of 3;
+    values with +-1000, +inf and -inf and a row of a few entries; checked, values and
+    gradient, against the PyTorch-ops path (scatter_reduce / scatter_add)."""
+    gen = torch.Generator().manual_seed(9)
+    b, n, m, per_item = 3, 1000, 300, 100_000
+    idx = torch.cat([torch.arange(b).repeat_interleave(per_item)[None],
+                     torch.randint(0, n, (2, b * per_item), generator=gen) % torch.tensor([[n], [m]])])
+    vals = torch.randn(b * per_item, generator=gen, dtype=torch.float64)
+    vals[:50] = 1000.0
+    vals[50:100] = -1000.0
+    vals[100], vals[101] = float("inf"), float("-inf")
+    A = torch.sparse_coo_tensor(idx, vals, (b, n, m)).coalesce()
+    results = []
+    for force in (False, True):
+        monkeypatch.setattr(_kernels, "_force_torch_ops", force)
+        v = A.values().clone().requires_grad_()
+        out = sparse_logsumexp(torch.sparse_coo_tensor(A.indices(), v, A.shape, is_coalesced=True), 1,
+                               include_zeros=include_zeros)
+        (g,) = torch.autograd.grad(out, v, torch.randn(out.shape, generator=torch.Generator().manual_seed(1),
+                                                        dtype=out.dtype))
+        results.append((out, g))
+    (out, g), (ref, gref) = results
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g, gref, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("n, m", [(3000, 2500), (200_000, 100_000)], ids=["row_chunks", "one_chunk"])
+def test_same_bits_for_any_thread_count(n, m):
+    """Above the threading thresholds of every kernel.  The column kernel cuts the rows
+    into chunks when there are >= 8 entries per column ("row_chunks": 2 chunks, and with
+    5 threads 2 threads per chunk), else keeps one chunk that all threads share."""
     gen = torch.Generator().manual_seed(6)
-    n, m, nnz = 3000, 2500, 400000          # above the threading thresholds of every kernel
+    nnz = 400000
     idx = torch.stack([torch.randint(0, n, (nnz,), generator=gen), torch.randint(0, m, (nnz,), generator=gen)])
     A = torch.sparse_coo_tensor(idx, torch.randn(nnz, generator=gen), (n, m)).coalesce()
     results = []
@@ -202,7 +234,7 @@ def test_same_bits_for_any_thread_count():
             torch.set_num_threads(nt)
             vals = A.values().clone().requires_grad_()
             S = torch.sparse_coo_tensor(A.indices(), vals, A.shape, is_coalesced=True)
-            outs = [sparse_logsumexp(S, dim) for dim in (0, 1, [0, 1])]
+            outs = [sparse_logsumexp(S, dim, include_zeros=z) for dim in (0, 1, [0, 1]) for z in (True, False)]
             sum(o.sum() for o in outs).backward()
             results.append(outs + [vals.grad])
     finally:
