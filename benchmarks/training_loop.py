@@ -12,9 +12,10 @@
                    sorted edge list without the coalesced flag, as
                    ``torch.sparse_coo_tensor(edge_index, w)`` gives it);
     ``values w``   A is rebuilt each step from the edge list and a learnable
-                   values tensor w (COO: ``torch.sparse_coo_tensor``; our CSR:
-                   ``torchsparsegradutils.sparse_csr_tensor``; torch CSR:
-                   ``torch.sparse_csr_tensor``);
+                   values tensor w (ours: ``torchsparsegradutils.sparse_coo_tensor``
+                   / ``sparse_csr_tensor``, or ``torch.sparse_coo_tensor`` in a
+                   checkout without the former; torch: ``torch.sparse_coo_tensor``
+                   / ``torch.sparse_csr_tensor``);
     ``unsorted``   leaf A from the same edges in random order (COO only).
     The ratio reported is the speed of a COO step relative to a CSR step,
     ``t(ours CSR) / t(ours COO)`` (the issue's target: >= 0.8).
@@ -104,7 +105,10 @@ def _step_setups(tsgu, idx, shape, p, scenario, dense_limit):
             continue
         if scenario == "values w":
             w = vals.clone().requires_grad_()
-            if layout == "COO":
+            if method == "ours COO":  # a checkout without our COO constructor uses torch's
+                coo = getattr(tsgu, "sparse_coo_tensor", torch.sparse_coo_tensor)
+                make = lambda w=w, coo=coo: coo(idx, w, shape)                     # noqa: E731
+            elif layout == "COO":
                 make = lambda w=w: torch.sparse_coo_tensor(idx, w, shape)          # noqa: E731
             elif method == "ours CSR":
                 make = lambda w=w: tsgu.sparse_csr_tensor(crow, idx[1], w, shape)  # noqa: E731

@@ -392,6 +392,18 @@ def _make_csr_tensor(spec: Spec) -> Case:
                 lambda v: dense_of(A, v))
 
 
+def _make_coo_tensor(spec: Spec) -> Case:
+    """sparse_mm of our sparse_coo_tensor: the values gradient comes back on the pattern."""
+    gen = seeded("sparse_coo_tensor", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    A = to_sparse(D, spec.layout, spec.itype, seeded("layout", spec))
+    idx = A._indices()
+    B = dense_operand(_lead(spec) + (spec.m, spec.p), spec.dtype, gen, spec.bmode)
+    return Case({"values": leaf_like(A._values()), "B": B}, (idx,),
+                lambda v, B: tsgu.sparse_mm(tsgu.sparse_coo_tensor(idx, v, A.shape), B),
+                lambda v, B: dense_of(A, v) @ B)
+
+
 def lse_options(variant: int, batched: bool):
     """(dim, keepdim, include_zeros) of a logsumexp variant; the batch axis is never reduced."""
     dims = [(1,), (2,), (1, 2)] if batched else [(0,), (1,), (0, 1)]
@@ -521,6 +533,10 @@ OPS = [
        malformed_call="sparse_mm(sparse_csr_tensor(A.crow_indices(), A.col_indices(), "
                       "A.values().requires_grad_(), A.shape), torch.ones(A.shape[-1], 2)).sum().backward()",
        large=Spec(n=2000, m=2000, nnz=600000), sparse_input=False),
+    Op("sparse_coo_tensor", _make_coo_tensor, layouts=COO_LAYOUTS, itypes=(torch.int64,), must_raise=("values", "B"),
+       malformed_call="sparse_mm(sparse_coo_tensor(A._indices(), A._values().requires_grad_(), A.shape, "
+                      "is_coalesced=A.is_coalesced()), torch.ones(*A.shape[:-2], A.shape[-1], 2)).sum().backward()",
+       large=Spec(layout="coo", batched=True, n=700, m=600, p=8, nnz=12000), sparse_input=False),
     Op("sparse_logsumexp", _make_logsumexp,
        malformed_call="sparse_logsumexp(A, dim=A.dim() - 1)",
        large=Spec(batched=True, n=1000, m=800, nnz=300000), variants=16),
@@ -561,7 +577,7 @@ def malformed_cases(op: Op) -> Dict[str, str]:
     cases = dict(op.malformed)
     if op.malformed_call:
         for name, src in MALFORMED.items():
-            if (name in MALFORMED_BATCHED and not op.batched) or (name.startswith("coo") and "coo" not in op.layouts):
+            if (name in MALFORMED_BATCHED and not op.batched) or name.split("_")[0] not in op.layouts:
                 continue
             cases[name] = f"A = {src}\ninputs = [A]\ncall = lambda: {op.malformed_call}"
     return cases

@@ -4,12 +4,12 @@ Hot loops are C kernels (csrc/) reached through DLPack; see README.md.
 """
 from ._csr import SparseCSR
 from .sparse_matmul import sparse_mm
-from .sparse_tensor import sparse_csr_tensor
+from .sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 from .sparse_solve import sparse_triangular_solve, sparse_generic_solve
 from .sparse_lstsq import sparse_generic_lstsq
 from .indexed_matmul import gather_mm, segment_mm
 from .sparse_logsumexp import sparse_logsumexp, sparse_bidir_logsumexp
 
-__all__ = ["SparseCSR", "sparse_mm", "sparse_csr_tensor", "sparse_triangular_solve", "sparse_generic_solve",
+__all__ = ["SparseCSR", "sparse_mm", "sparse_csr_tensor", "sparse_coo_tensor", "sparse_triangular_solve", "sparse_generic_solve",
            "sparse_generic_lstsq", "gather_mm", "segment_mm", "sparse_logsumexp", "sparse_bidir_logsumexp"]
 __version__ = "0.2.0.dev0"
