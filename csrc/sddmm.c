@@ -21,6 +21,7 @@ int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void
                int nthreads)
 {
     sddmm_ctx x = {A, G, B, out};
+    tsgu_advise_output(out, A->nnz * tsgu_real_size(A->rtype));
     tsgu_rows_fn fn = TSGU_PICK(sddmm_rows, A->rtype, A->itype);
     return tsgu_parallel_rows(A, G->cols, nthreads, fn, &x);
 }
@@ -36,10 +37,10 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE real_t TSGU_FN(dot)(const real_t *restrict x, c
     int64_t t = 0;
     for (; t + TSGU_LANES <= p; t += TSGU_LANES)
         for (int u = 0; u < TSGU_LANES; u++) acc[u] += x[t + u] * y[t + u];
-    real_t s = 0;
-    for (; t < p; t++) s += x[t] * y[t];
-    for (int u = 0; u < TSGU_LANES; u++) s += acc[u];
-    return s;
+    for (; t < p; t++) acc[t % TSGU_LANES] += x[t] * y[t];   /* the last < TSGU_LANES */
+    for (int h = TSGU_LANES / 2; h > 0; h /= 2)             /* pairwise: log2(lanes) steps */
+        for (int u = 0; u < h; u++) acc[u] += acc[u + h];
+    return acc[0];
 }
 
 /* rows [r0, r1); inlined with p constant for the common widths, so each dot is

@@ -163,6 +163,19 @@ typedef int (*tsgu_rows_fn)(void *ctx, int64_t r0, int64_t r1);
 int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
                        tsgu_rows_fn fn, void *ctx);
 
+/* bytes of one value of type t */
+static inline int64_t tsgu_real_size(tsgu_real t) { return t == TSGU_F64 ? 8 : 4; }
+
+/* bytes from the first to one past the last element of a dense view */
+static inline int64_t tsgu_dense_span(const tsgu_dense *D)
+{
+    if (D->batch <= 0 || D->rows <= 0 || D->cols <= 0) return 0;
+    return ((D->batch - 1) * D->bstride + (D->rows - 1) * D->rstride + D->cols) * tsgu_real_size(D->rtype);
+}
+
+/* huge pages under an output about to be written for the first time (advise_output.c) */
+void tsgu_advise_output(void *data, int64_t bytes);
+
 /* kernels, one per file */
 int tsgu_csr_check_ends(const tsgu_csr *A);
 int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthreads);

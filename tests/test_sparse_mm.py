@@ -501,6 +501,33 @@ def test_coo_row_pointers_for_any_thread_count(batched):
         _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), 2)
 
 
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_batched_wide_p_same_bits_for_any_thread_count(layout):
+    """Batched, p = 130 (two full column blocks and a narrow one): large enough that
+    every kernel splits across up to 5 threads, the grad_B split falling inside an
+    item (3 items over 2 or 5 threads).  Same bits on 1, 2 and 5 threads, and the
+    dense answer."""
+    A, B, G, D = make_case(layout, True, 300, 200, 130, 12000, torch.float32, torch.int64, seed=12)
+    results = []
+    old = torch.get_num_threads()
+    try:
+        for t in (1, 2, 5):
+            torch.set_num_threads(t)
+            Ar, Br = A.detach().requires_grad_(), B.clone().requires_grad_()
+            C = sparse_mm(Ar, Br)
+            C.backward(G)
+            results.append((C, Ar.grad.to_dense(), Br.grad))
+    finally:
+        torch.set_num_threads(old)
+    for other in results[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(results[0], other))
+    Cr, gDr, gBr = dense_reference(D, B, G)
+    tol = TOL[torch.float32]
+    torch.testing.assert_close(results[0][0], Cr, **tol)
+    torch.testing.assert_close(results[0][1], gDr * (D != 0), **tol)
+    torch.testing.assert_close(results[0][2], gBr, **tol)
+
+
 # ---------------------------------------------------------------- regressions of issue 7
 def _coo_rows_apart(entry, size):
     """A one-entry COO whose index array is a column of a wider buffer: its
