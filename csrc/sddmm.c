@@ -14,6 +14,7 @@ typedef struct {
 
 #define TSGU_LANES 8 /* independent partial sums: lets the compiler vectorize the dot */
 
+#define TSGU_HALF_TOO 1
 #define TSGU_TEMPLATE_FILE "sddmm.c"
 #include "tsgu_template.h"
 
@@ -22,22 +23,22 @@ int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void
 {
     sddmm_ctx x = {A, G, B, out};
     tsgu_advise_output(out, A->nnz * tsgu_real_size(A->rtype));
-    tsgu_rows_fn fn = TSGU_PICK(sddmm_rows, A->rtype, A->itype);
+    tsgu_rows_fn fn = TSGU_PICK_HALF(sddmm_rows, A->rtype, A->itype);
     return tsgu_parallel_rows(A, G->cols, nthreads, fn, &x);
 }
 
-#else /* template body: real_t, idx_t, TSGU_FN */
+#else /* template body: real_t, acc_t, idx_t, TSGU_FN, ... (tsgu_template_types.h) */
 
 #include "tsgu_rows.h"
 
-TSGU_ISA_ATTR TSGU_ALWAYS_INLINE real_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y,
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(dot)(const real_t *restrict x, const real_t *restrict y,
                                                      const int64_t p)
 {
-    real_t acc[TSGU_LANES] = {0};
+    acc_t acc[TSGU_LANES] = {0};
     int64_t t = 0;
     for (; t + TSGU_LANES <= p; t += TSGU_LANES)
-        for (int u = 0; u < TSGU_LANES; u++) acc[u] += x[t + u] * y[t + u];
-    for (; t < p; t++) acc[t % TSGU_LANES] += x[t] * y[t];   /* the last < TSGU_LANES */
+        for (int u = 0; u < TSGU_LANES; u++) acc[u] += TSGU_LOAD(x[t + u]) * TSGU_LOAD(y[t + u]);
+    for (; t < p; t++) acc[t % TSGU_LANES] += TSGU_LOAD(x[t]) * TSGU_LOAD(y[t]); /* the last < TSGU_LANES */
     for (int h = TSGU_LANES / 2; h > 0; h /= 2)             /* pairwise: log2(lanes) steps */
         for (int u = 0; u < h; u++) acc[u] += acc[u + h];
     return acc[0];
@@ -65,7 +66,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
             if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, x->B->rstride, 0, p); /* B row soon */
-            out[e] = TSGU_FN(dot)(g, Bk + j * x->B->rstride, p);
+            out[e] = TSGU_STORE(TSGU_FN(dot)(g, Bk + j * x->B->rstride, p));
         }
     }
     return TSGU_OK;

@@ -13,6 +13,7 @@ typedef struct {
 
 #define TSGU_PBLOCK 64 /* columns of C summed at once, in registers for constant widths */
 
+#define TSGU_HALF_TOO 1
 #define TSGU_TEMPLATE_FILE "spmm.c"
 #include "tsgu_template.h"
 
@@ -20,11 +21,11 @@ int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthread
 {
     spmm_ctx x = {A, B, C};
     tsgu_advise_output(C->data, tsgu_dense_span(C));
-    tsgu_rows_fn fn = TSGU_PICK(spmm_rows, A->rtype, A->itype);
+    tsgu_rows_fn fn = TSGU_PICK_HALF(spmm_rows, A->rtype, A->itype);
     return tsgu_parallel_rows(A, C->cols, nthreads, fn, &x);
 }
 
-#else /* template body: real_t, idx_t, TSGU_FN */
+#else /* template body: real_t, acc_t, idx_t, TSGU_FN, ... (tsgu_template_types.h) */
 
 #include "tsgu_rows.h"
 
@@ -39,7 +40,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_block)(const spmm_ctx *x, int6
     const real_t *Ax = x->A->val;
     int64_t m = x->A->ncols, nnz = x->A->nnz, ldb = x->B->rstride;
     const int64_t ahead = tsgu_prefetch_ahead(w, sizeof(real_t));
-    real_t acc[TSGU_PBLOCK];
+    acc_t acc[TSGU_PBLOCK];
     for (int64_t t = 0; t < w; t++) acc[t] = 0;
     int64_t prev = -1;
     for (int64_t e = start; e < end; e++) {
@@ -47,11 +48,11 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_block)(const spmm_ctx *x, int6
         if (j <= prev || j >= m) return tsgu_col_error(j, m);
         prev = j;
         if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, ldb, t0, w); /* B row soon */
-        const real_t a = Ax[e];
+        const acc_t a = TSGU_LOAD(Ax[e]);
         const real_t *restrict b = Bk + j * ldb + t0;
-        for (int64_t t = 0; t < w; t++) acc[t] += a * b[t];   /* acc += a * B[j,:] */
+        for (int64_t t = 0; t < w; t++) acc[t] += a * TSGU_LOAD(b[t]);   /* acc += a * B[j,:] */
     }
-    for (int64_t t = 0; t < w; t++) c[t0 + t] = acc[t];
+    for (int64_t t = 0; t < w; t++) c[t0 + t] = TSGU_STORE(acc[t]);
     return TSGU_OK;
 }
 

@@ -25,6 +25,6 @@ TSGU_ALWAYS_INLINE int TSGU_FN(row_entries)(const tsgu_csr *A, int64_t k, int64_
     do {                                                                       \
         int64_t j_ = (j);                                                      \
         if (j_ >= 0 && j_ < (m))                                               \
-            for (int64_t t_ = 0; t_ < (w); t_ += TSGU_LINE / (int64_t)sizeof(real_t)) \
+            for (int64_t t_ = 0; t_ < (w); t_ += TSGU_LINE / (int64_t)sizeof(*(X))) \
                 TSGU_PREFETCH((X) + j_ * (ld) + (t0) + t_);                    \
     } while (0)
