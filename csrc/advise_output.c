@@ -14,7 +14,7 @@
 #endif
 
 #define TSGU_HUGE_PAGE ((uintptr_t)1 << 21)
-#define TSGU_ADVISE_MIN_BYTES ((int64_t)4 << 20) /* smaller ones mostly come from malloc's reused heap */
+#define TSGU_ADVISE_MIN_BYTES ((int64_t)2 << 20) /* below, not one whole huge page */
 
 void tsgu_advise_output(void *data, int64_t bytes)
 {

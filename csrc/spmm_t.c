@@ -8,7 +8,7 @@
  * is summed by one thread in increasing i -- the order of the serial loop -- so
  * the bits do not depend on the thread count.  The only memory is the output,
  * and for 16-bit values one float row per owned out row of an item (the sums
- * are kept in float and rounded once). */
+ * are kept in float and rounded once) and one for the G row in use. */
 #include <stdlib.h>
 #include "tsgu.h"
 
@@ -43,9 +43,10 @@ int tsgu_spmm_t(const tsgu_csr *A, const tsgu_dense *G, tsgu_dense *out, int nth
 
 /* out rows [j0, j1) of item k, p columns, summed in the rows S (row j at
  * S + (j - j0) * lds: out's own rows, or float rows rounded into out at the
- * end); inlined with p constant for the common widths */
+ * end; gw: p floats for a widened G row); inlined with p constant for the
+ * common widths */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_item)(const spmm_t_ctx *x, int64_t k, int64_t j0,
-                                                          int64_t j1, acc_t *S, int64_t lds,
+                                                          int64_t j1, acc_t *S, int64_t lds, acc_t *gw,
                                                           const int64_t p)
 {
     const tsgu_csr *A = x->A;
@@ -59,7 +60,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_item)(const spmm_t_ctx *x, i
     for (int64_t i = 0; i < n; i++) {
         int64_t start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        const real_t *restrict g = Gk + i * ldg;
+        const acc_t *g = NULL;                    /* G[i,:], once a row needs it */
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {
             int64_t j = Aj[e];
@@ -67,9 +68,10 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_item)(const spmm_t_ctx *x, i
             prev = j;
             if (e + ahead < nnz) TSGU_PREFETCH_ROW(S, Aj[e + ahead] - j0, j1 - j0, lds, 0, p); /* own row soon */
             if (j < j0 || j >= j1) continue;      /* another thread's row */
-            const acc_t a = TSGU_LOAD(Ax[e]);
+            if (!g) g = TSGU_FN(widened)(Gk + i * ldg, gw, p);
+            const acc_t a = TSGU_LOAD(Ax[e]), *restrict gi = g;
             acc_t *restrict s = S + (j - j0) * lds;
-            for (int64_t t = 0; t < p; t++) s[t] += a * TSGU_LOAD(g[t]);    /* out[j,:] += a * G[i,:] */
+            for (int64_t t = 0; t < p; t++) s[t] += a * gi[t];   /* out[j,:] += a * G[i,:] */
         }
     }
 #if TSGU_NARROW
@@ -90,16 +92,17 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_rows)(const spmm_t_ctx *x, i
     int status = TSGU_OK;
 #if TSGU_NARROW
     int64_t rows = hi - lo < m ? hi - lo : m;     /* the most own rows in one item */
-    acc_t *S = rows * p > 0 ? malloc((size_t)(rows * p) * sizeof(acc_t)) : NULL;
-    if (rows * p > 0 && !S) return TSGU_ENOMEM;
+    acc_t *S = p > 0 ? malloc((size_t)((rows + 1) * p) * sizeof(acc_t)) : NULL, *gw = S ? S + rows * p : NULL;
+    if (p > 0 && !S) return TSGU_ENOMEM;
+    tsgu_advise_output(S, rows * p * (int64_t)sizeof(acc_t));
 #endif
     for (int64_t k = k0; k < k1 && status == TSGU_OK; k++) {
         int64_t j0 = lo > k * m ? lo - k * m : 0, j1 = hi < (k + 1) * m ? hi - k * m : m;
 #if TSGU_NARROW
-        status = TSGU_FN(spmm_t_item)(x, k, j0, j1, S, p, p);
+        status = TSGU_FN(spmm_t_item)(x, k, j0, j1, S, p, gw, p);
 #else
         acc_t *own = (acc_t *)x->out->data + k * x->out->bstride + j0 * x->out->rstride;
-        status = TSGU_FN(spmm_t_item)(x, k, j0, j1, own, x->out->rstride, p);
+        status = TSGU_FN(spmm_t_item)(x, k, j0, j1, own, x->out->rstride, NULL, p);
 #endif
     }
 #if TSGU_NARROW
