@@ -3,8 +3,8 @@
  *     out[e] = dot(G[k][i,:], B[k][j,:])   for every stored entry e = (k, i, j)
  * Row by row, so G[k][i,:] stays in cache while the B rows are gathered; no
  * n x m and no nnz x p temporary (for 16-bit values, one float row: G[k][i,:]
- * widened).  The dot uses a fixed order of partial sums, so the result does not
- * depend on the thread count. */
+ * widened; the dot is summed in float and rounded once).  The dot uses a fixed
+ * order of partial sums, so the result does not depend on the thread count. */
 #include <stdlib.h>
 #include "tsgu.h"
 

@@ -2,7 +2,8 @@
 /* spmm.c: sparse times dense, C = A*B, for each item k of a batch
  *     C[k][i,:] = sum_e A.val[e] * B[k][A.col[e],:]   (e over the entries of row i)
  * Each output row is summed by one thread in entry order, so the result does
- * not depend on the thread count. */
+ * not depend on the thread count; 16-bit values are summed in float and
+ * rounded once. */
 #include "tsgu.h"
 
 typedef struct {

@@ -175,7 +175,8 @@ static inline int64_t tsgu_dense_span(const tsgu_dense *D)
     return ((D->batch - 1) * D->bstride + (D->rows - 1) * D->rstride + D->cols) * tsgu_real_size(D->rtype);
 }
 
-/* huge pages under an output about to be written for the first time (advise_output.c) */
+/* huge pages under an output or workspace about to be written for the first time
+ * (advise_output.c) */
 void tsgu_advise_output(void *data, int64_t bytes);
 
 /* kernels, one per file */

@@ -18,7 +18,8 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
         (COO with three sparse dimensions, or batched CSR), float16, bfloat16,
         float32 or float64; or a :class:`~torchsparsegradutils.SparseCSR` (what
         ``torch.compile`` traces).  On CPU, 16-bit products are summed in float32
-        and rounded once (to nearest, ties to even), in forward and backward alike.
+        and rounded once (to nearest, ties to even), in forward and backward alike;
+        ``grad_B``'s float32 sums take a buffer of its size in float32 meanwhile.
     B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device.
 
     Returns
