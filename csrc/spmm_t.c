@@ -66,7 +66,8 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_item)(const spmm_t_ctx *x, i
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
-            if (e + ahead < nnz) TSGU_PREFETCH_ROW(S, Aj[e + ahead] - j0, j1 - j0, lds, 0, p); /* own row soon */
+            int64_t jn = e + ahead < nnz ? Aj[e + ahead] : -1;   /* not yet checked: no arithmetic */
+            if (jn >= j0 && jn < j1) TSGU_PREFETCH_ROW(S, jn - j0, j1 - j0, lds, 0, p); /* own row soon */
             if (j < j0 || j >= j1) continue;      /* another thread's row */
             if (!g) g = TSGU_FN(widened)(Gk + i * ldg, gw, p);
             const acc_t a = TSGU_LOAD(Ax[e]), *restrict gi = g;
