@@ -2,7 +2,7 @@
 import os
 from typing import Dict, List, Optional
 
-ITEMSIZE = {"float32": 4, "float64": 8, "int32": 4, "int64": 8}
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int32": 4, "int64": 8}
 HEADLINE = ("float32", "int64")
 
 

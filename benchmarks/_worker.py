@@ -64,11 +64,10 @@ def main() -> None:
                         row["memory"]["necessary_bytes"] = harness.necessary_bytes(inp)
                     row["bwd_skip"] = prep.bwd_skip
                     del prep
-                except harness.Skip as e:
-                    row["skip"] = str(e)
                 except Exception as e:  # noqa: BLE001 - reported, not hidden
-                    row["error"] = f"{type(e).__name__}: {e}"
-                    row["traceback"] = traceback.format_exc(limit=3)
+                    row.update(harness.failure(e))
+                    if "error" in row:
+                        row["traceback"] = traceback.format_exc(limit=3)
                 out["results"].append(row)
                 print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
             del inp, ref

@@ -94,6 +94,9 @@ def full_grid(graph: Optional[str]) -> List[Group]:
         Group(U(100_000, 16), (16,), dtype="float64", memory=False),
         Group(U(100_000, 16), (16,), index_dtype="int32", memory=False),
         Group(batched, (16,), dtype="float64", index_dtype="int32", memory=False),
+        Group(U(100_000, 16), (16, 64), dtype="float16", memory=False),
+        Group(U(100_000, 16), (16, 64), dtype="bfloat16", memory=False),
+        Group(batched, (64,), dtype="bfloat16", memory=False),
     ]
     if graph:
         groups.insert(9, Group(M.graph_spec(graph), (16, 64)))
@@ -109,6 +112,8 @@ def quick_grid(graph: Optional[str]) -> List[Group]:
         Group(M.MatrixSpec("batched", 1024, 1024, batch=128, nnz_item=4096), (16,)),
         Group(M.MatrixSpec("uniform", 5_000, 5_000, 16), (16,), dtype="float64", index_dtype="int32",
               memory=False),
+        Group(M.MatrixSpec("uniform", 5_000, 5_000, 16), (16,), dtype="float16", memory=False),
+        Group(M.MatrixSpec("uniform", 5_000, 5_000, 16), (16,), dtype="bfloat16", memory=False),
     ]
     if graph:
         groups.append(Group(M.graph_spec(graph), (16,), memory=False))
@@ -271,10 +276,8 @@ def time_local(inp: dict, ref: dict, reps: int, methods):
             row["timing"] = H.time_method(prep, inp["G"], reps, warmup=1)
             row["bwd_skip"] = prep.bwd_skip
             del prep
-        except H.Skip as e:
-            row["skip"] = str(e)
         except Exception as e:  # noqa: BLE001 - recorded in the results, never fatal
-            row["error"] = f"{type(e).__name__}: {e}"
+            row.update(H.failure(e))
         yield row
 
 

@@ -35,7 +35,7 @@ typedef struct DLManagedTensor {
     void *manager_ctx;
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
-enum { kDLCPU = 1, kDLInt = 0, kDLFloat = 2 };
+enum { kDLCPU = 1, kDLInt = 0, kDLFloat = 2, kDLBfloat = 4 };
 
 /* ---- the tensors of one call, held from intake to the single exit ---- */
 typedef struct {
@@ -143,13 +143,17 @@ static int index_type(const held *h)
     return -1;
 }
 
-/* value type of h (float32/float64), or -1 with a TypeError */
-static int real_type(const held *h)
+/* value type of h, or -1 with a TypeError: float32/float64, and also
+ * float16/bfloat16 with half_ok (the kernels of sparse_mm take them) */
+static int real_type(const held *h, int half_ok)
 {
     DLDataType t = dl(h)->dtype;
     if (t.code == kDLFloat && t.lanes == 1 && (t.bits == 32 || t.bits == 64))
         return t.bits == 32 ? TSGU_F32 : TSGU_F64;
-    PyErr_Format(PyExc_TypeError, "%s must be float32 or float64", h->name);
+    if (half_ok && (t.code == kDLFloat || t.code == kDLBfloat) && t.lanes == 1 && t.bits == 16)
+        return t.code == kDLFloat ? TSGU_F16 : TSGU_BF16;
+    PyErr_Format(PyExc_TypeError, half_ok ? "%s must be float16, bfloat16, float32 or float64"
+                                          : "%s must be float32 or float64", h->name);
     return -1;
 }
 
@@ -227,9 +231,10 @@ static int raise_status(int status)
 
 /* A CSR view from (ptr, col[, val]) with batch items of n x m:
  *   ptr 1D of batch*n+1 (global layout) with col 1D, or
- *   ptr 2D (batch, n+1) (batched layout) with col 2D (batch, nnz per item). */
+ *   ptr 2D (batch, n+1) (batched layout) with col 2D (batch, nnz per item);
+ * 16-bit values only with half_ok. */
 static int make_csr(const held *ptr, const held *col, const held *val, int64_t batch, int64_t n,
-                    int64_t m, tsgu_csr *A)
+                    int64_t m, tsgu_csr *A, int half_ok)
 {
     const DLTensor *P = dl(ptr), *J = dl(col);
     int it = index_type(ptr);
@@ -268,7 +273,7 @@ static int make_csr(const held *ptr, const held *col, const held *val, int64_t b
         return -1;
     }
     if (val) {
-        int rt = real_type(val);
+        int rt = real_type(val, half_ok);
         if (rt < 0 || need_contiguous(val)) return -1;
         if (numel(dl(val)) != A->nnz) {
             PyErr_Format(PyExc_ValueError, "%s must have one value per entry (%lld), got %lld",
@@ -282,12 +287,12 @@ static int make_csr(const held *ptr, const held *col, const held *val, int64_t b
 }
 
 /* A dense view of shape (batch, rows, cols) or, for batch == 1, (rows, cols),
- * with unit stride along cols, of value type rt. */
+ * with unit stride along cols, of value type rt (one the caller accepted). */
 static int make_dense(const held *h, int64_t batch, int64_t rows, int64_t cols, int rt,
                       tsgu_dense *D)
 {
     const DLTensor *t = dl(h);
-    int r = real_type(h);
+    int r = real_type(h, 1);
     if (r < 0) return -1;
     if (r != rt) {
         PyErr_Format(PyExc_TypeError, "%s must have the dtype of the sparse values", h->name);
@@ -338,7 +343,7 @@ static PyObject *spmm_either(PyObject *args, int transposed)
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "values", transposed ? "grad" : "B", "out"};
     const held *h = c.t;
-    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A) ||
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 1) ||
         make_dense(&h[3], batch, transposed ? n : m, last_dim(&h[4]), A.rtype, &X) ||
         make_dense(&h[4], batch, transposed ? m : n, last_dim(&h[4]), A.rtype, &Y) ||
         need_contiguous(&h[4]))
@@ -378,7 +383,7 @@ static PyObject *py_sddmm(PyObject *self, PyObject *args)
     const char *names[5] = {"crow_indices", "col_indices", "grad", "B", "out"};
     const held *h = c.t;
     /* out is checked as the value array of the pattern: one float per entry */
-    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[4], batch, n, m, &A) ||
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[4], batch, n, m, &A, 1) ||
         make_dense(&h[2], batch, n, last_dim(&h[2]), A.rtype, &G) ||
         make_dense(&h[3], batch, m, last_dim(&h[2]), A.rtype, &B))
         return finish(&c, -1);
@@ -413,7 +418,7 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "tptr", "trow", "tperm"};
     const held *h = c.t;
-    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A) ||
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A, 0) ||
         index_array(&h[2], &A, batch * m + 1, names[0]) || index_array(&h[3], &A, A.nnz, names[0]) ||
         index_array(&h[4], &A, A.nnz, names[0]))
         return finish(&c, -1);
@@ -507,7 +512,7 @@ static PyObject *py_trisolve(PyObject *self, PyObject *args)
         return NULL;
     const char *names[4] = {"crow_indices", "col_indices", "values", "X"};
     const held *h = c.t;
-    if (take_all(&c, o, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, n, &A) ||
+    if (take_all(&c, o, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, n, &A, 0) ||
         make_dense(&h[3], batch, n, last_dim(&h[3]), A.rtype, &X) || need_contiguous(&h[3]))
         return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
@@ -524,11 +529,11 @@ static int krylov_views(call *c, PyObject *const *o, int64_t n, tsgu_csr *A, tsg
 {
     const char *names[6] = {"crow_indices", "col_indices", "values", "B", "X", "res"};
     const held *h = c->t;
-    if (take_all(c, o, names, 6) || make_csr(&h[0], &h[1], &h[2], 1, n, n, A) ||
+    if (take_all(c, o, names, 6) || make_csr(&h[0], &h[1], &h[2], 1, n, n, A, 0) ||
         make_dense(&h[3], 1, n, last_dim(&h[3]), A->rtype, B) || need_contiguous(&h[3]) ||
         make_dense(&h[4], 1, n, B->cols, A->rtype, X) || need_contiguous(&h[4]))
         return -1;
-    if (real_type(&h[5]) != TSGU_F64 || need_contiguous(&h[5]) || numel(dl(&h[5])) != 2 * B->cols) {
+    if (real_type(&h[5], 0) != TSGU_F64 || need_contiguous(&h[5]) || numel(dl(&h[5])) != 2 * B->cols) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "res must be float64 with two entries per column of B");
         return -1;
@@ -662,7 +667,7 @@ static PyObject *grouped_either(PyObject *args, int tn)
     PyObject *objs[5] = {o[0], o[2], o[3], o[4], o[1]};     /* perm last: it may be absent */
     const char *names[5] = {"off", "a", tn ? "grad" : "b", "out", "perm"};
     const held *h = c.t;
-    if (take_all(&c, objs, names, 4 + has_perm) || (rt = real_type(&h[1])) < 0) return finish(&c, -1);
+    if (take_all(&c, objs, names, 4 + has_perm) || (rt = real_type(&h[1], 0)) < 0) return finish(&c, -1);
     if (dl(&h[1])->ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "a must be 2D");
         return finish(&c, -1);
@@ -717,7 +722,7 @@ static PyObject *lse_either(PyObject *args, int cols)
     int has_item = o[4] && o[4] != Py_None;
     const char *names[5] = {"crow_indices", "col_indices", "values", "out", "item_out"};
     const held *h = c.t;
-    if (take_all(&c, o, names, 4 + has_item) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A))
+    if (take_all(&c, o, names, 4 + has_item) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 0))
         return finish(&c, -1);
     int64_t w = dl(&h[3])->ndim == 2 ? dl(&h[3])->shape[1] : -1, need = cols ? m : n;
     if (w < need) {
@@ -770,7 +775,7 @@ static PyObject *py_lse_grad(PyObject *self, PyObject *args)
     const char *opt_names[4] = {"row_lse", "row_grad", "col_lse", "col_grad"};
     const held *h = c.t;
     tsgu_dense D;
-    if (take_all(&c, objs, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A) ||
+    if (take_all(&c, objs, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 0) ||
         make_lse_array(&h[3], 1, A.nnz, A.rtype, 1, &D))
         return finish(&c, -1);
     for (int i = 0; i < 4; i++) {

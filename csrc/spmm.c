@@ -2,7 +2,8 @@
 /* spmm.c: sparse times dense, C = A*B, for each item k of a batch
  *     C[k][i,:] = sum_e A.val[e] * B[k][A.col[e],:]   (e over the entries of row i)
  * Each output row is summed by one thread in entry order, so the result does
- * not depend on the thread count. */
+ * not depend on the thread count; 16-bit values are summed in float and
+ * rounded once. */
 #include "tsgu.h"
 
 typedef struct {
@@ -13,55 +14,68 @@ typedef struct {
 
 #define TSGU_PBLOCK 64 /* columns of C summed at once, in registers for constant widths */
 
+#define TSGU_HALF_TOO 1
 #define TSGU_TEMPLATE_FILE "spmm.c"
 #include "tsgu_template.h"
 
 int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthreads)
 {
     spmm_ctx x = {A, B, C};
-    tsgu_rows_fn fn = TSGU_PICK(spmm_rows, A->rtype, A->itype);
+    tsgu_advise_output(C->data, tsgu_dense_span(C));
+    tsgu_rows_fn fn = TSGU_PICK_HALF(spmm_rows, A->rtype, A->itype);
     return tsgu_parallel_rows(A, C->cols, nthreads, fn, &x);
 }
 
-#else /* template body: real_t, idx_t, TSGU_FN */
+#else /* template body: real_t, acc_t, idx_t, TSGU_FN, ... (tsgu_template_types.h) */
 
 #include "tsgu_rows.h"
 
-/* rows [r0, r1) of C, p columns.  Inlined with p constant for the common
- * widths, so the accumulator of a block of up to TSGU_PBLOCK columns lives in
- * registers, not in C. */
+/* C[i, t0:t0+w] = sum_e A.val[e] * B[A.col[e], t0:t0+w] over the entries
+ * [start, end) of one row; inlined with w constant for full blocks and the
+ * common widths, so the accumulator lives in registers, not in C */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_block)(const spmm_ctx *x, int64_t start, int64_t end,
+                                                         const real_t *Bk, real_t *restrict c,
+                                                         int64_t t0, const int64_t w)
+{
+    const idx_t *Aj = x->A->col;
+    const real_t *Ax = x->A->val;
+    int64_t m = x->A->ncols, nnz = x->A->nnz, ldb = x->B->rstride;
+    const int64_t ahead = tsgu_prefetch_ahead(w, sizeof(real_t));
+    acc_t acc[TSGU_PBLOCK];
+    for (int64_t t = 0; t < w; t++) acc[t] = 0;
+    int64_t prev = -1;
+    for (int64_t e = start; e < end; e++) {
+        int64_t j = Aj[e];
+        if (j <= prev || j >= m) return tsgu_col_error(j, m);
+        prev = j;
+        if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, ldb, t0, w); /* B row soon */
+        const acc_t a = TSGU_LOAD(Ax[e]);
+        const real_t *restrict b = Bk + j * ldb + t0;
+        for (int64_t t = 0; t < w; t++) acc[t] += a * TSGU_LOAD(b[t]);   /* acc += a * B[j,:] */
+    }
+    for (int64_t t = 0; t < w; t++) c[t0 + t] = TSGU_STORE(acc[t]);
+    return TSGU_OK;
+}
+
+/* rows [r0, r1) of C, p columns, in blocks of TSGU_PBLOCK columns and a last
+ * narrower one; inlined with p constant for the common widths */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int64_t r0, int64_t r1,
                                                          const int64_t p)
 {
     const tsgu_csr *A = x->A;
-    const idx_t *Aj = A->col;
-    const real_t *Ax = A->val;
     const real_t *Bx = x->B->data;
     real_t *Cx = x->C->data;
-    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
-    int64_t ldb = x->B->rstride, ldc = x->C->rstride;
+    int64_t n = A->nrows, ldc = x->C->rstride;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end;
+        int64_t k = r / n, i = r - k * n, start, end, t0 = 0;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const real_t *Bk = Bx + k * x->B->bstride;
-        real_t *restrict c = Cx + k * x->C->bstride + i * ldc;
-        for (int64_t t0 = 0; t0 < p; t0 += TSGU_PBLOCK) {      /* column blocks */
-            const int64_t w = p - t0 < TSGU_PBLOCK ? p - t0 : TSGU_PBLOCK;
-            const int64_t ahead = tsgu_prefetch_ahead(w, sizeof(real_t));
-            real_t acc[TSGU_PBLOCK];
-            for (int64_t t = 0; t < w; t++) acc[t] = 0;
-            int64_t prev = -1;
-            for (int64_t e = start; e < end; e++) {
-                int64_t j = Aj[e];
-                if (j <= prev || j >= m) return tsgu_col_error(j, m);
-                prev = j;
-                if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, ldb, t0, w); /* B row soon */
-                const real_t a = Ax[e];
-                const real_t *restrict b = Bk + j * ldb + t0;
-                for (int64_t t = 0; t < w; t++) acc[t] += a * b[t];   /* acc += a * B[j,:] */
-            }
-            for (int64_t t = 0; t < w; t++) c[t0 + t] = acc[t];
-        }
+        real_t *c = Cx + k * x->C->bstride + i * ldc;
+        int status = TSGU_OK;
+        for (; t0 + TSGU_PBLOCK <= p && status == TSGU_OK; t0 += TSGU_PBLOCK)
+            status = TSGU_FN(spmm_block)(x, start, end, Bk, c, t0, TSGU_PBLOCK);
+        if (t0 < p && status == TSGU_OK) status = TSGU_FN(spmm_block)(x, start, end, Bk, c, t0, p - t0);
+        if (status != TSGU_OK) return status;
     }
     return TSGU_OK;
 }

@@ -36,7 +36,9 @@ enum {
     TSGU_EGROUP = 11      /* grouped rows: a group index, offset or row out of range */
 };
 
-typedef enum { TSGU_F32 = 0, TSGU_F64 = 1 } tsgu_real;  /* value types */
+/* value types; the 16-bit ones (stored as uint16_t, summed in float, see
+ * tsgu_half.h) only for the kernels of sparse_mm: spmm, spmm_t, sddmm */
+typedef enum { TSGU_F32 = 0, TSGU_F64 = 1, TSGU_F16 = 2, TSGU_BF16 = 3 } tsgu_real;
 typedef enum { TSGU_I32 = 0, TSGU_I64 = 1 } tsgu_index; /* index types */
 
 typedef struct {
@@ -162,6 +164,20 @@ int64_t tsgu_split_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
 typedef int (*tsgu_rows_fn)(void *ctx, int64_t r0, int64_t r1);
 int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
                        tsgu_rows_fn fn, void *ctx);
+
+/* bytes of one value of type t */
+static inline int64_t tsgu_real_size(tsgu_real t) { return t == TSGU_F64 ? 8 : t == TSGU_F32 ? 4 : 2; }
+
+/* bytes from the first to one past the last element of a dense view */
+static inline int64_t tsgu_dense_span(const tsgu_dense *D)
+{
+    if (D->batch <= 0 || D->rows <= 0 || D->cols <= 0) return 0;
+    return ((D->batch - 1) * D->bstride + (D->rows - 1) * D->rstride + D->cols) * tsgu_real_size(D->rtype);
+}
+
+/* huge pages under an output or workspace about to be written for the first time
+ * (advise_output.c) */
+void tsgu_advise_output(void *data, int64_t bytes);
 
 /* kernels, one per file */
 int tsgu_csr_check_ends(const tsgu_csr *A);

@@ -1,6 +1,6 @@
 /* tsgu_rows.h: the row walk shared by the kernels, a template fragment (no
  * include guard): a kernel's template body includes it once per variant, with
- * idx_t and TSGU_FN defined. */
+ * idx_t, TSGU_FN (and for widened, real_t, acc_t, TSGU_LOAD, TSGU_NARROW) defined. */
 
 /* The entries [*start, *end) of row i of item k, with the row's two pointers
  * checked (0 <= ptr[q] <= ptr[q+1] <= entries left after the item's offset)
@@ -25,6 +25,21 @@ TSGU_ALWAYS_INLINE int TSGU_FN(row_entries)(const tsgu_csr *A, int64_t k, int64_
     do {                                                                       \
         int64_t j_ = (j);                                                      \
         if (j_ >= 0 && j_ < (m))                                               \
-            for (int64_t t_ = 0; t_ < (w); t_ += TSGU_LINE / (int64_t)sizeof(real_t)) \
+            for (int64_t t_ = 0; t_ < (w); t_ += TSGU_LINE / (int64_t)sizeof(*(X))) \
                 TSGU_PREFETCH((X) + j_ * (ld) + (t0) + t_);                    \
     } while (0)
+
+#ifdef TSGU_HALF_TOO
+/* the p values at x as acc_t: x itself, or (16-bit values) widened into w */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE const acc_t *TSGU_FN(widened)(const real_t *x, acc_t *w, const int64_t p)
+{
+#if TSGU_NARROW
+    for (int64_t t = 0; t < p; t++) w[t] = TSGU_LOAD(x[t]);
+    return w;
+#else
+    (void)w;
+    (void)p;
+    return x;
+#endif
+}
+#endif

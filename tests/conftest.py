@@ -234,6 +234,13 @@ class Case:
         return self.apply(first, *leaves[1:])
 
 
+FLOAT_TOL = {torch.float32: dict(rtol=2e-4, atol=2e-4), torch.float64: dict(rtol=1e-9, atol=1e-10)}
+# 16-bit values (sparse_mm): the op sums in float32 and rounds once, the dense
+# reference in its own way; a few units in the last place apart at most
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+HALF_TOL = {torch.float16: dict(rtol=4e-3, atol=4e-3), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
+
+
 @dataclass(frozen=True)
 class Op:
     """A public op as the sweeps see it.  make(spec) -> Case.  `must_raise`: the
@@ -249,8 +256,7 @@ class Op:
     batched: bool = True
     dtypes: Tuple[torch.dtype, ...] = (torch.float32, torch.float64)
     itypes: Tuple[torch.dtype, ...] = (torch.int32, torch.int64)
-    tol: Dict = field(default_factory=lambda: {torch.float32: dict(rtol=2e-4, atol=2e-4),
-                                               torch.float64: dict(rtol=1e-9, atol=1e-10)})
+    tol: Dict = field(default_factory=lambda: dict(FLOAT_TOL))
     must_raise: Tuple[str, ...] = ("values",)
     malformed_call: Optional[str] = None
     malformed: Dict[str, str] = field(default_factory=dict)
@@ -515,7 +521,8 @@ MALFORMED_BATCHED = ("csr_batched_bad_item", "coo_batch_too_large")
 
 
 OPS = [
-    Op("sparse_mm", _make_mm, must_raise=("values", "B"),
+    Op("sparse_mm", _make_mm, must_raise=("values", "B"), dtypes=tuple(FLOAT_TOL) + HALF_DTYPES,
+       tol={**FLOAT_TOL, **HALF_TOL},
        malformed_call="sparse_mm(A, torch.ones(*A.shape[:-2], A.shape[-1], 2))",
        large=Spec(batched=True, n=700, m=600, p=24, nnz=12000, dtype=torch.float32, itype=torch.int32)),
     Op("sparse_triangular_solve", _make_trisolve,
@@ -530,10 +537,12 @@ OPS = [
        malformed_call="sparse_generic_lstsq(A, torch.ones(A.shape[0]))",
        large=Spec(n=4000, m=2000, p=1, nnz=600000), variants=2),
     Op("sparse_csr_tensor", _make_csr_tensor, layouts=CSR_LAYOUTS, batched=False, must_raise=(),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
        malformed_call="sparse_mm(sparse_csr_tensor(A.crow_indices(), A.col_indices(), "
                       "A.values().requires_grad_(), A.shape), torch.ones(A.shape[-1], 2)).sum().backward()",
        large=Spec(n=2000, m=2000, nnz=600000), sparse_input=False),
     Op("sparse_coo_tensor", _make_coo_tensor, layouts=COO_LAYOUTS, itypes=(torch.int64,), must_raise=("values", "B"),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
        malformed_call="sparse_mm(sparse_coo_tensor(A._indices(), A._values().requires_grad_(), A.shape, "
                       "is_coalesced=A.is_coalesced()), torch.ones(*A.shape[:-2], A.shape[-1], 2)).sum().backward()",
        large=Spec(layout="coo", batched=True, n=700, m=600, p=8, nnz=12000), sparse_input=False),

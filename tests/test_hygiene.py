@@ -1,9 +1,11 @@
 """One hygiene sweep over every public op (conftest.OPS; ops this build lacks are skipped):
 inputs unchanged, reference counts stable over many calls, in-place edits between
-forward and backward detected (or harmless), the same bits for 1 and 2 threads,
-and malformed structure a ValueError, never a crash (run in a child process)."""
+forward and backward detected (or harmless), the same bits for 1 and 2 threads (16-bit
+values too, where an op takes them), and malformed structure a ValueError, never a
+crash (run in a child process)."""
 import gc
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
@@ -150,11 +152,16 @@ def test_edit_of_values_that_do_not_require_grad(op, grad_of, ctor):
     _raises_or_matches(case, requires, grad_of == "A_leaf", "values")
 
 
-@pytest.mark.parametrize("op", OPS, ids=OP_IDS)
-def test_same_bits_for_1_and_2_threads(op):
+# op.large's dtype, and the 16-bit dtypes of the ops that take them
+BITS = _params((op, str(dtype).split(".")[-1]) for op in OPS
+               for dtype in (op.large.dtype,) + tuple(d for d in op.dtypes if d.itemsize == 2))
+
+
+@pytest.mark.parametrize("op,dtype", BITS)
+def test_same_bits_for_1_and_2_threads(op, dtype):
     """op.large is big enough that every kernel splits its work across two threads."""
     op.fn()
-    case = op.make(op.large)
+    case = op.make(replace(op.large, dtype=getattr(torch, dtype)))
     results = []
     for t in (1, 2):
         with num_threads(t):
@@ -196,3 +203,16 @@ def test_malformed_structure_is_value_error(malformed_outcomes, op, name):
     assert outcome == "ValueError", f"{outcome}: {message}"
     match = op.malformed_match
     assert match in message, f"{match!r} not in {message!r}"
+
+
+REFUSE_HALF = _params((op, str(dtype).split(".")[-1]) for op in OPS
+                      for dtype in (torch.float16, torch.bfloat16) if dtype not in op.dtypes)
+
+
+@pytest.mark.parametrize("op,dtype", REFUSE_HALF)
+def test_16_bit_values_refused_where_unsupported(op, dtype):
+    """An op without 16-bit kernels says so with a TypeError naming the dtypes it takes."""
+    op.fn()
+    case = op.make(small(op, dtype=getattr(torch, dtype)))
+    with pytest.raises(TypeError, match="supports float32 and float64 values"):
+        case.run(*case.leaves.values())

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import torch
-from conftest import SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
+from conftest import HALF_DTYPES, SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _kernels, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
@@ -338,10 +338,11 @@ def test_error_contract():
         ((A, B.to_sparse()), ValueError, "dense \\(strided\\)"),
         ((torch.stack([A, A]), torch.randn(3, 3, 2)), ValueError, "same batch size"),
         ((A, torch.randn(4, 2)), ValueError, "Incompatible inner dimensions"),
-        ((A.half(), B.half()), TypeError, "float32 and float64"),
-        ((A.to(torch.bfloat16), B.to(torch.bfloat16)), TypeError, "float32 and float64"),
+        ((A.to(torch.int64), B.to(torch.int64)), TypeError, "float16, bfloat16, float32 and float64"),
         ((A.to(torch.complex64), B.to(torch.complex64)), TypeError, "float32 and float64"),
         ((A, B.double()), TypeError, "same dtype"),
+        ((A.half(), B), TypeError, "same dtype"),
+        ((A.to(torch.bfloat16), B.half()), TypeError, "same dtype"),
         ((A.double(), B), TypeError, "same dtype"),
         ((torch.sparse_coo_tensor(torch.tensor([[0], [1]]), torch.ones(1, 2), (3, 3, 2)), B),
          ValueError, "both be 2D or both be 3D"),
@@ -382,6 +383,12 @@ def test_private_kernels_check_their_arguments():
         _C.spmm_t(ptr, col, val, 1, 2, 3, torch.ones(3, 2), out, 1)
     with pytest.raises(TypeError, match="dtype of the sparse values"):
         _C.spmm(ptr, col, val, 1, 2, 3, B.double(), C, 1)
+    with pytest.raises(TypeError, match="dtype of the sparse values"):
+        _C.sddmm(ptr, col, 1, 2, 3, C.half(), B.to(torch.bfloat16), torch.empty(2, dtype=torch.bfloat16), 1)
+    with pytest.raises(TypeError, match="values must be float16, bfloat16, float32 or float64"):
+        _C.spmm(ptr, col, val.to(torch.int16), 1, 2, 3, B, C, 1)
+    with pytest.raises(TypeError, match="values must be float32 or float64"):    # 16-bit only for sparse_mm
+        _C.trisolve(ptr, col, val.half(), 1, 2, torch.ones(2, 2).half(), False, False, False, 1)
     with pytest.raises(ValueError, match="unit stride"):
         _C.spmm(ptr, col, val, 1, 2, 3, B, torch.empty(2, 4)[:, ::2], 1)
     with pytest.raises(ValueError, match="out must be contiguous"):
@@ -552,6 +559,126 @@ def test_coo_row_pointers_for_any_thread_count(batched):
     bad[-2, nnz // 2 + 1] = bad[-2, nnz // 2] - 1 if bad[-2, nnz // 2] > 0 else n   # unsorted or out of range
     with pytest.raises(ValueError, match="malformed sparse matrix"):
         _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), 2)
+
+
+# ---------------------------------------------------------------- 16-bit values
+# The kernels sum 16-bit products in float32 and round once: against float64
+# sums of the same (rounded) inputs they differ by the final rounding (half a
+# unit in the last place, 2^-11 and 2^-8 relative) and float32's own error.
+HALF = list(HALF_DTYPES)
+ROUNDED_TOL = {torch.float16: dict(rtol=2 ** -10, atol=1e-5), torch.bfloat16: dict(rtol=2 ** -7, atol=1e-4)}
+
+
+def rounded_case(layout, batched, n, m, p, nnz, dtype, itype, seed):
+    """make_case's operands in `dtype` (float32 draws rounded to it), with the dense
+    float64 matrix of A's entries (duplicates summed as A's own coalesce sums them)
+    and its pattern."""
+    A, B, G, _ = make_case(layout, batched, n, m, p, nnz, torch.float32, itype, seed)
+    A, B, G = A.to(dtype), B.to(dtype), G.to(dtype)
+    S = A.coalesce() if A.layout == torch.sparse_coo else A
+    ones = torch.sparse_coo_tensor(S.indices(), torch.ones(S._nnz()), S.shape) if A.layout == torch.sparse_coo \
+        else torch.sparse_csr_tensor(S.crow_indices(), S.col_indices(), torch.ones(S.values().shape), S.shape)
+    return A, B, G, S.to_dense().double(), ones.to_dense().double()
+
+
+def grads_of(A, B, G):
+    """C = sparse_mm(A, B) and its gradients for dL/dC = G, all dense."""
+    Ar, Br = A.detach().requires_grad_(), B.clone().requires_grad_()
+    C = sparse_mm(Ar, Br)
+    C.backward(G)
+    assert Ar.grad.dtype == Br.grad.dtype == C.dtype == A.dtype
+    return C.detach(), Ar.grad.to_dense(), Br.grad
+
+
+def float64_reference(D, mask, B, G):
+    B, G = B.double(), G.double()
+    return D @ B, (G @ B.transpose(-1, -2)) * mask, D.transpose(-1, -2) @ G
+
+
+@pytest.mark.parametrize("layout,batched,itype", GRID)
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("n,m,p,nnz", SHAPES)
+def test_half_matches_float64_of_the_rounded_inputs(layout, batched, itype, dtype, n, m, p, nnz):
+    A, B, G, D, mask = rounded_case(layout, batched, n, m, p, nnz, dtype, itype, seed=13)
+    for got, want in zip(grads_of(A, B, G), float64_reference(D, mask, B, G)):
+        torch.testing.assert_close(got.double(), want, **ROUNDED_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32] + HALF)
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_batched_wide_p_same_bits_for_any_thread_count(layout, dtype):
+    """Batched, p = 130 (two full column blocks and a narrow one): large enough that
+    every kernel splits across up to 5 threads, the grad_B split falling inside an
+    item (3 items over 2 or 5 threads).  Same bits on 1, 2 and 5 threads, and the
+    float64 answer."""
+    A, B, G, D, mask = rounded_case(layout, True, 300, 200, 130, 12000, dtype, torch.int64, seed=12)
+    results = []
+    old = torch.get_num_threads()
+    try:
+        for t in (1, 2, 5):
+            torch.set_num_threads(t)
+            results.append(grads_of(A, B, G))
+    finally:
+        torch.set_num_threads(old)
+    for other in results[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(results[0], other))
+    tol = ROUNDED_TOL.get(dtype, TOL[torch.float32])
+    for got, want in zip(results[0], float64_reference(D, mask, B, G)):
+        torch.testing.assert_close(got.double(), want, **tol)
+
+
+def _same_as_torch(got, want):
+    """Equal bits, except that NaN only has to be NaN and zero only zero (the
+    kernels' sums start at +0, so -0 + -0 comes out +0)."""
+    nan = torch.isnan(want.float())
+    assert torch.equal(torch.isnan(got.float()), nan)
+    zero = want.float() == 0
+    assert torch.equal(got.float() == 0, zero)
+    keep = ~(nan | zero)
+    assert torch.equal(got.view(torch.int16)[keep], want.view(torch.int16)[keep])
+
+
+def _all_patterns(dtype):
+    return torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_conversions_of_every_bit_pattern(dtype):
+    """Every one of the 65536 values x, widened and summed with y in float32, then
+    rounded back, as torch does it: y = 0 (x itself), and y = -x's unit in the last
+    place times 1/2 (a tie: rounds to even), 1/4 and 3/4 (to nearest), so a wrong
+    widening or rounding of any pattern shows.  Through sparse_mm: A = [[1, 1]]
+    and B = [x; y], so C = round(float(x) + float(y)) (exact in float32)."""
+    x = _all_patterns(dtype)
+    nxt = (x.view(torch.int16).to(torch.int32) + 1).to(torch.int16).view(dtype)   # next away from 0
+    ulp = (nxt.float() - x.float()).abs()
+    ones = torch.ones(2, dtype=dtype)
+    A = torch.sparse_csr_tensor(torch.tensor([0, 2]), torch.tensor([0, 1]), ones, (1, 2))
+    for frac in (0.0, 0.5, 0.25, 0.75):
+        y = torch.nan_to_num(-ulp * frac, nan=0.0).to(dtype)
+        got = sparse_mm(A, torch.stack([x, y]))[0]
+        _same_as_torch(got, (x.float() + y.float()).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_rounding_of_products_matches_torch(dtype):
+    """C = round(a_i * b_ij) (exact in float32) for a diagonal A of random bit
+    patterns and B of random and edge-case values: overflow to infinity, underflow
+    into the subnormals and to zero, NaN and infinity inputs, ties; the kernels'
+    rounding against torch's float32 -> 16-bit conversion."""
+    g = seeded("half rounding", str(dtype))
+    n, p = 512, 200
+    a = torch.randint(-2 ** 15, 2 ** 15, (n,), generator=g, dtype=torch.int32).to(torch.int16).view(dtype)
+    b = torch.randint(-2 ** 15, 2 ** 15, (n, p), generator=g, dtype=torch.int32).to(torch.int16).view(dtype)
+    info = torch.finfo(dtype)
+    edge = torch.tensor([0.0, -0.0, 1.0, 1.5, 3.0, info.max, -info.max, info.tiny, info.tiny / 2, info.eps,
+                         float("inf"), float("-inf"), float("nan"), 2 ** -24, 2 ** -25, 65520.0, 65519.0, 2 ** -14,
+                         1 + 2 ** -10, 1 + 2 ** -9, 0.333, -7.5e-5]).to(dtype)
+    b[: edge.numel(), : edge.numel()] = edge[None, :] * torch.ones(edge.numel(), 1, dtype=dtype)
+    a[: edge.numel()] = edge
+    A = torch.sparse_csr_tensor(torch.arange(n + 1), torch.arange(n), a, (n, n))
+    got = sparse_mm(A, b)
+    _same_as_torch(got, (a.float()[:, None] * b.float()).to(dtype))
 
 
 # ---------------------------------------------------------------- regressions of issue 7

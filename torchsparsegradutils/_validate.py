@@ -12,6 +12,14 @@ import torch.autograd.forward_ad as forward_ad
 from ._csr import SparseCSR
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
+# sparse_mm's kernels also take 16-bit values (summed in float32, rounded once)
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def dtype_names(dtypes) -> str:
+    """'float16, bfloat16, float32 and float64' for those dtypes."""
+    names = [str(d).split(".")[-1] for d in dtypes]
+    return ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def error(cls, message: str, detail: str = "") -> Exception:
@@ -54,9 +62,9 @@ def check_no_functorch(name: str) -> None:
             "tensors cannot pass through them. Use torch.autograd.grad or .backward() instead")
 
 
-def check_operands(A, B, name: str) -> None:
+def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES) -> None:
     """A sparse COO/CSR (n, m) or (b, n, m) without dense dims, or a SparseCSR; B strided
-    with A's rank, batch size, device and dtype (float32/float64).  Shapes beyond that
+    with A's rank, batch size, device and dtype (one of `dtypes`).  Shapes beyond that
     are the op's to check."""
     if not isinstance(A, SparseCSR):
         check_no_functorch(name)
@@ -79,8 +87,8 @@ def check_operands(A, B, name: str) -> None:
                     f"got {A.shape[0]} and {B.shape[0]}")
     if A.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
-    if A.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} supports float32 and float64 values, got A of dtype {A.dtype}")
+    if A.dtype not in dtypes:
+        raise TypeError(f"{name} supports {dtype_names(dtypes)} values, got A of dtype {A.dtype}")
     if B.dtype != A.dtype:
         raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
 
@@ -108,4 +116,4 @@ def check_system(A, B, name: str, shape_ok, shape_rule: str) -> None:
     if A.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
     if A.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} supports float32 and float64 values, got {A.dtype}")
+        raise TypeError(f"{name} supports {dtype_names(SUPPORTED_DTYPES)} values, got {A.dtype}")

@@ -3,7 +3,7 @@ import torch
 
 from . import _kernels, _ops
 from ._csr import SparseCSR, as_csr, load_operand, save_operand
-from ._validate import check_operands, eager_only, records_graph
+from ._validate import HALF_DTYPES, SUPPORTED_DTYPES, check_operands, eager_only, records_graph
 
 
 def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
@@ -15,8 +15,11 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     Parameters
     ----------
     A : sparse COO or CSR tensor, shape ``(n, m)`` or batched ``(b, n, m)``
-        (COO with three sparse dimensions, or batched CSR), float32 or float64;
-        or a :class:`~torchsparsegradutils.SparseCSR` (what ``torch.compile`` traces).
+        (COO with three sparse dimensions, or batched CSR), float16, bfloat16,
+        float32 or float64; or a :class:`~torchsparsegradutils.SparseCSR` (what
+        ``torch.compile`` traces).  On CPU, 16-bit products are summed in float32
+        and rounded once (to nearest, ties to even), in forward and backward alike;
+        ``grad_B``'s float32 sums take a buffer of its size in float32 meanwhile.
     B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device.
 
     Returns
@@ -49,7 +52,8 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
         devices; malformed sparse structure (indices out of range, row pointers
         decreasing or not ending at nnz, unsorted or repeated columns in a CSR row).
     TypeError
-        Values of a dtype other than float32/float64, or A and B of different dtypes.
+        Values of a dtype other than float16/bfloat16/float32/float64, or A and B of
+        different dtypes.
     """
     if not isinstance(A, SparseCSR):
         return _sparse_mm_torch(A, B)
@@ -69,7 +73,7 @@ def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 
 def _check(A, B) -> None:
-    check_operands(A, B, "sparse_mm")
+    check_operands(A, B, "sparse_mm", HALF_DTYPES + SUPPORTED_DTYPES)
     if A.shape[-1] != B.shape[-2]:
         raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-1]}] vs B[..., {B.shape[-2]}]")
 
