@@ -9,8 +9,8 @@ release's sequence: positions by rejection from Python's global ``random``
 module (so ``random.seed`` fixes them), then the values from torch's generator
 in the same order, so code seeded against the release gets the same matrices
 (one exception: a 2-D COO ``rand_sparse_tri(well_conditioned=True)``, whose
-diagonal the release draws in [min_diag_value, min_diag_value + 1) while its CSR
-and batched forms, and ours everywhere, use [min_diag_value, min_diag_value + 0.5);
+diagonal the release draws as max(min_diag_value, lo) + (hi - lo) * u while its CSR
+and batched forms, and ours everywhere, use min_diag_value + 0.5 * u;
 ``rand_sparse(well_conditioned=True)`` draws differently, see its docstring).
 Larger draws are vectorised in torch (O(nnz) memory, any n x m) and follow only
 ``torch.manual_seed``.
