@@ -10,6 +10,8 @@ arrives on the same pattern (as ``sparse_mm`` returns it) that is its values
 array, O(1); otherwise it is looked up at the pattern by binary search,
 O(nnz log nnz) -- never an n x m matrix.
 """
+import math
+
 import torch
 
 from ._csr import entry_rows
@@ -109,8 +111,8 @@ def _values_at(grad: torch.Tensor, idx) -> torch.Tensor:
     if grad.layout == torch.strided:
         return grad[tuple(idx)]
     g = grad.to_sparse_coo().coalesce()
-    shape = torch.tensor(grad.shape[:len(idx)], device=g.device)
-    key = lambda pos: sum(p.long() * int(shape[d + 1:].prod()) for d, p in enumerate(pos))  # noqa: E731
+    dims = grad.shape[:len(idx)]
+    key = lambda pos: sum(p.long() * math.prod(dims[d + 1:]) for d, p in enumerate(pos))  # noqa: E731
     stored, wanted = key(g._indices()), key(idx)
     if stored.numel() == 0:
         return g._values().new_zeros(wanted.shape)
@@ -126,7 +128,4 @@ def _same_indices(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _same_pattern(grad, crow, col) -> bool:
-    gc, gj = grad.crow_indices(), grad.col_indices()
-    if gc.data_ptr() == crow.data_ptr() and gj.data_ptr() == col.data_ptr():
-        return True
-    return gc.shape == crow.shape and gj.shape == col.shape and torch.equal(gc, crow) and torch.equal(gj, col)
+    return _same_indices(grad.crow_indices(), crow) and _same_indices(grad.col_indices(), col)

@@ -134,7 +134,8 @@ def rand_sparse(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int,
     if nnz < 0 or nnz > n * m:
         raise ValueError(f"nnz must be in [0, {n * m}] for a {n} x {m} matrix, got {nnz}")
     bb = b or 1
-    if well_conditioned and n == m:
+    dominant = well_conditioned and n == m
+    if dominant:
         if nnz < n:
             raise ValueError(f"well_conditioned stores the diagonal: nnz must be >= n = {n}, got {nnz}")
         off = _draw(n * n - n, nnz - n, bb, device)          # off-diagonal slots
@@ -143,17 +144,16 @@ def rand_sparse(size: Union[Tuple[int, int], Tuple[int, int, int]], nnz: int,
         c = c + (c >= r).long()                             # skip the diagonal
         d = torch.arange(n, device=device).expand(bb, n)
         rows, cols = torch.cat([r, d], 1), torch.cat([c, d], 1)
-        vals = torch.rand(bb, nnz, dtype=values_dtype, device=device)
-        vals[:, nnz - n:] = 0
-        rowsum = torch.zeros(bb, n, dtype=values_dtype, device=device).scatter_add_(1, rows, vals.abs())
-        vals[:, nnz - n:] = torch.clamp(rowsum + 1, min=min_diag_value)
     elif bb * nnz <= SEEDED_DRAW_LIMIT:
         rows, cols = _draw_seeded(bb, nnz, n, m, lambda r, c: True, False, device)
-        vals = torch.rand(bb, nnz, dtype=values_dtype, device=device)
     else:
         pos = _draw(n * m, nnz, bb, device)
         rows, cols = pos // max(m, 1), pos % max(m, 1)
-        vals = torch.rand(bb, nnz, dtype=values_dtype, device=device)
+    vals = torch.rand(bb, nnz, dtype=values_dtype, device=device)
+    if dominant:
+        vals[:, nnz - n:] = 0
+        rowsum = torch.zeros(bb, n, dtype=values_dtype, device=device).scatter_add_(1, rows, vals.abs())
+        vals[:, nnz - n:] = torch.clamp(rowsum + 1, min=min_diag_value)
     return _assemble(bb, n, m, rows, cols, vals, layout, indices_dtype, b is None)
 
 
