@@ -10,6 +10,9 @@
 #include <Python.h>
 #include <string.h>
 #include "tsgu.h"
+#ifdef TSGU_CUDA
+#include "cuda/tsgu_cuda.h"
+#endif
 
 /* ---- DLPack ABI, declared from the published specification (dlpack.h) ---- */
 typedef struct {
@@ -35,7 +38,7 @@ typedef struct DLManagedTensor {
     void *manager_ctx;
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
-enum { kDLCPU = 1, kDLInt = 0, kDLFloat = 2, kDLBfloat = 4 };
+enum { kDLCPU = 1, kDLCUDA = 2, kDLInt = 0, kDLFloat = 2, kDLBfloat = 4 };
 
 /* ---- the tensors of one call, held from intake to the single exit ---- */
 typedef struct {
@@ -44,7 +47,7 @@ typedef struct {
     DLManagedTensor *mt;
 } held;
 
-#define MAX_HELD 8
+#define MAX_HELD 12
 
 /* obj -> DLPack capsule: the registered exporter, or NULL for obj.__dlpack__() */
 static PyObject *exporter = NULL;
@@ -52,6 +55,8 @@ static PyObject *exporter = NULL;
 typedef struct {
     held t[MAX_HELD];
     int count;            /* how many of t[] to give back */
+    int cuda;             /* 0: every tensor on the CPU; 1: all on one CUDA device */
+    int32_t device_id;    /* that device, once a tensor was taken */
 } call;
 
 /* take obj's DLPack capsule into the next slot of c; on failure set an
@@ -73,10 +78,16 @@ static int take(call *c, PyObject *obj, const char *name)
         h->mt = NULL;
         return -1;
     }
-    if (h->mt->dl_tensor.device.device_type != kDLCPU) {
-        PyErr_Format(PyExc_ValueError, "%s must be a CPU tensor", name);
+    DLDevice d = h->mt->dl_tensor.device;
+    if (d.device_type != (c->cuda ? kDLCUDA : kDLCPU)) {
+        PyErr_Format(PyExc_ValueError, "%s must be a %s tensor", name, c->cuda ? "CUDA" : "CPU");
         return -1;
     }
+    if (c->count > 1 && d.device_id != c->device_id) {
+        PyErr_Format(PyExc_ValueError, "%s must be on the device of %s", name, c->t[0].name);
+        return -1;
+    }
+    c->device_id = d.device_id;
     return 0;
 }
 
@@ -283,7 +294,8 @@ static int make_csr(const held *ptr, const held *col, const held *val, int64_t b
         A->rtype = rt;
         A->val = data_of(val);
     }
-    return raise_status(tsgu_csr_check_ends(A));
+    /* the ends of a device structure are checked on the device (cuda_csr_check) */
+    return dl(ptr)->device.device_type == kDLCPU ? raise_status(tsgu_csr_check_ends(A)) : 0;
 }
 
 /* A dense view of shape (batch, rows, cols) or, for batch == 1, (rows, cols),
@@ -436,11 +448,56 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
  * (as a coalesced tensor's are), and False otherwise.  The
  * index rows may lie any distance apart (a view of a larger buffer, or an
  * expanded array): the kernel reads row d at d * stride(0). */
+/* take a COO index array oi ((2|3, nnz) int64, unit-stride rows at stride *ld)
+ * and its sizes (a tuple of 2 or 3 non-negative ints) into c; *sd = how many,
+ * *R = rows of the batch; -1 with an exception if anything is off */
+static int take_coo(call *c, PyObject *oi, PyObject *osizes, int64_t *sizes, int64_t *sd, int64_t *R,
+                    int64_t *ld)
+{
+    if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
+        PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
+        return -1;
+    }
+    *sd = PyTuple_Size(osizes);
+    for (int64_t d = 0; d < *sd; d++) {
+        sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
+        if (sizes[d] == -1 && PyErr_Occurred()) return -1;
+        if (sizes[d] < 0) {
+            PyErr_SetString(PyExc_ValueError, "sizes must be non-negative");
+            return -1;
+        }
+    }
+    if (rows_overflow(*sd == 3 ? sizes[0] : 1, sizes[*sd - 2], R) || take(c, oi, "indices")) return -1;
+    const DLTensor *I = dl(&c->t[0]);
+    if (index_type(&c->t[0]) != TSGU_I64 || I->ndim != 2 || I->shape[0] != *sd) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)*sd);
+        return -1;
+    }
+    *ld = stride_of(I, 0);
+    if ((I->shape[1] > 1 && stride_of(I, 1) != 1) || *ld < 0) {
+        PyErr_SetString(PyExc_ValueError, "indices must have unit-stride rows");
+        return -1;
+    }
+    return 0;
+}
+
+/* a row_ptr array (int64, R+1, contiguous) into c; -1 with an exception if not */
+static int take_row_ptr(call *c, PyObject *optr, int64_t R)
+{
+    if (take(c, optr, "row_ptr")) return -1;
+    const held *hp = &c->t[c->count - 1];
+    if (index_type(hp) == TSGU_I64 && !need_contiguous(hp) && numel(dl(hp)) == R + 1) return 0;
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_ValueError, "row_ptr must be int64 with %lld entries", (long long)(R + 1));
+    return -1;
+}
+
 static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *oi, *osizes, *optr;
-    int64_t sizes[3];
+    int64_t sizes[3], sd, R, ld;
     int status, nthreads, probe = 0, coalesced = 0;
     call c = {0};
     if (!PyArg_ParseTuple(args, "OOOi|p", &oi, &osizes, &optr, &nthreads, &probe)) return NULL;
@@ -448,42 +505,12 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "a probe needs row_ptr");
         return NULL;
     }
-    if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
-        PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
-        return NULL;
-    }
-    int64_t sd = PyTuple_Size(osizes), R = 1;
-    for (int64_t d = 0; d < sd; d++) {
-        sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
-        if (sizes[d] == -1 && PyErr_Occurred()) return NULL;
-        if (sizes[d] < 0) {
-            PyErr_SetString(PyExc_ValueError, "sizes must be non-negative");
-            return NULL;
-        }
-    }
-    if (rows_overflow(sd == 3 ? sizes[0] : 1, sizes[sd - 2], &R)) return NULL;
-    if (take(&c, oi, "indices")) return finish(&c, -1);
-    const DLTensor *I = dl(&c.t[0]);
-    if (index_type(&c.t[0]) != TSGU_I64 || I->ndim != 2 || I->shape[0] != sd) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)sd);
-        return finish(&c, -1);
-    }
-    int64_t nnz = I->shape[1], ld = stride_of(I, 0);
-    if ((nnz > 1 && stride_of(I, 1) != 1) || ld < 0) {
-        PyErr_SetString(PyExc_ValueError, "indices must have unit-stride rows");
-        return finish(&c, -1);
-    }
+    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld)) return finish(&c, -1);
+    int64_t nnz = dl(&c.t[0])->shape[1];
     int64_t *ptr = NULL;
     if (optr != Py_None) {
-        if (take(&c, optr, "row_ptr")) return finish(&c, -1);
-        const held *hp = &c.t[1];
-        if (index_type(hp) != TSGU_I64 || need_contiguous(hp) || numel(dl(hp)) != R + 1) {
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_ValueError, "row_ptr must be int64 with %lld entries", (long long)(R + 1));
-            return finish(&c, -1);
-        }
-        ptr = data_of(hp);
+        if (take_row_ptr(&c, optr, R)) return finish(&c, -1);
+        ptr = data_of(&c.t[1]);
     }
     const int64_t *idx = data_of(&c.t[0]);
     Py_BEGIN_ALLOW_THREADS
@@ -807,6 +834,207 @@ static PyObject *py_set_exporter(PyObject *self, PyObject *fn)
     Py_RETURN_NONE;
 }
 
+#ifdef TSGU_CUDA
+/* ---- the CUDA kernels (csrc/cuda/): the same intake, on one CUDA device; every
+ * launch goes on `stream`, PyTorch's current stream as an integer handle ---- */
+
+/* finish() of a call that ran on the device: a failed CUDA call becomes a
+ * RuntimeError naming it */
+static PyObject *finish_cuda(call *c, int status, const char *what)
+{
+    if (status >= TSGU_ECUDA) {
+        int e = status - TSGU_ECUDA;
+        PyErr_Format(PyExc_RuntimeError, "CUDA error in %s: %s (%s)", what, tsgu_cuda_error_name(e),
+                     tsgu_cuda_error_string(e));
+        status = -1;
+    }
+    return finish(c, status);
+}
+
+/* h is a check's flag: one int32 on the device, zero */
+static int flag_array(const held *h)
+{
+    DLDataType t = dl(h)->dtype;
+    if (t.code == kDLInt && t.bits == 32 && t.lanes == 1 && numel(dl(h)) == 1) return 0;
+    PyErr_Format(PyExc_ValueError, "%s must be one int32", h->name);
+    return -1;
+}
+
+/* *P = the long-row plan o: None, or (long_row, long_rows, piece_off, piece_long,
+ * work) with int64 arrays and a work array of npieces x p sums (float64 for
+ * float64 values, else float32); tsgu_cuda.h says what they hold */
+static int take_plan(call *c, PyObject *o, int64_t p, int rt, tsgu_cuda_plan *P)
+{
+    memset(P, 0, sizeof *P);
+    if (o == Py_None) return 0;
+    PyObject *arr[4];
+    long long long_row;
+    if (!PyArg_ParseTuple(o, "LOOOO", &long_row, &arr[0], &arr[1], &arr[2], &arr[3])) return -1;
+    const char *names[4] = {"long_rows", "piece_off", "piece_long", "work"};
+    int first = c->count;
+    if (take_all(c, arr, names, 4)) return -1;
+    const held *h = &c->t[first];
+    for (int i = 0; i < 3; i++)
+        if (index_type(&h[i]) != TSGU_I64 || need_contiguous(&h[i]) || dl(&h[i])->ndim != 1) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s must be 1D int64", h[i].name);
+            return -1;
+        }
+    P->long_row = long_row;
+    P->nlong = numel(dl(&h[0]));
+    P->npieces = numel(dl(&h[2]));
+    DLDataType w = dl(&h[3])->dtype;
+    if (long_row < 1 || numel(dl(&h[1])) != P->nlong + 1 || w.code != kDLFloat ||
+        w.bits != (rt == TSGU_F64 ? 64 : 32) || need_contiguous(&h[3]) || numel(dl(&h[3])) != P->npieces * p) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "inconsistent long-row plan");
+        return -1;
+    }
+    P->long_rows = data_of(&h[0]);
+    P->piece_off = data_of(&h[1]);
+    P->piece_long = data_of(&h[2]);
+    P->work = data_of(&h[3]);
+    return 0;
+}
+
+/* ---- cuda_csr_check(ptr, col, batch, n, m, item_nnz, flag, stream) ----
+ * raises the ValueError of the first rule (tsgu_cuda.h) that A breaks; waits for the device */
+static PyObject *py_cuda_csr_check(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[3];
+    long long batch, n, m, item_nnz;
+    unsigned long long stream;
+    int status, bits = 0;
+    call c = {.cuda = 1};
+    tsgu_csr A;
+    if (!PyArg_ParseTuple(args, "OOLLLLOK", &o[0], &o[1], &batch, &n, &m, &item_nnz, &o[2], &stream))
+        return NULL;
+    const char *names[3] = {"crow_indices", "col_indices", "flag"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 3) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A, 0) || flag_array(&h[2]))
+        return finish(&c, -1);
+    void *s = (void *)(uintptr_t)stream;
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_cuda_use_device(c.device_id);
+    if (status == TSGU_OK) status = tsgu_cuda_csr_check(&A, item_nnz, data_of(&h[2]), s);
+    if (status == TSGU_OK) status = tsgu_cuda_read_flag(data_of(&h[2]), &bits, s);
+    Py_END_ALLOW_THREADS
+    return finish_cuda(&c, status == TSGU_OK ? tsgu_cuda_first_status(bits) : status, "csr_check");
+}
+
+/* ---- cuda_coo_check(indices, sizes, coalesced, flag, stream) -> int ----
+ * raises a ValueError for an index out of range, or for entries not sorted by
+ * row when flagged coalesced; else returns the order bits TSGU_COO_ROWS |
+ * TSGU_COO_UNIQUE that the entries break (0: coalesced order); waits for the device */
+static PyObject *py_cuda_coo_check(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *oi, *osizes, *oflag;
+    int64_t sizes[3], sd, R, ld;
+    unsigned long long stream;
+    int status, coalesced, bits = 0;
+    call c = {.cuda = 1};
+    if (!PyArg_ParseTuple(args, "OOpOK", &oi, &osizes, &coalesced, &oflag, &stream)) return NULL;
+    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld) || take(&c, oflag, "flag") || flag_array(&c.t[1]))
+        return finish(&c, -1);
+    int64_t nnz = dl(&c.t[0])->shape[1];
+    const int64_t *idx = data_of(&c.t[0]);
+    int *flag = data_of(&c.t[1]);
+    void *s = (void *)(uintptr_t)stream;
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_cuda_use_device(c.device_id);
+    if (status == TSGU_OK) status = tsgu_cuda_coo_check(idx, ld, sd, nnz, sizes, flag, s);
+    if (status == TSGU_OK) status = tsgu_cuda_read_flag(flag, &bits, s);
+    Py_END_ALLOW_THREADS
+    if (status == TSGU_OK && (bits & TSGU_COO_RANGE)) status = TSGU_EIDX_RANGE;
+    if (status == TSGU_OK && coalesced && (bits & TSGU_COO_ROWS)) status = TSGU_EIDX_ORDER;
+    PyObject *done = finish_cuda(&c, status, "coo_check");
+    if (!done) return NULL;
+    Py_DECREF(done);
+    return PyLong_FromLong(bits & (TSGU_COO_ROWS | TSGU_COO_UNIQUE));
+}
+
+/* ---- cuda_coo_row_ptr(indices, sizes, row_ptr, stream) ----
+ * row pointers of checked indices sorted by (batch, row) */
+static PyObject *py_cuda_coo_row_ptr(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *oi, *osizes, *optr;
+    int64_t sizes[3], sd, R, ld;
+    unsigned long long stream;
+    int status;
+    call c = {.cuda = 1};
+    if (!PyArg_ParseTuple(args, "OOOK", &oi, &osizes, &optr, &stream)) return NULL;
+    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld) || take_row_ptr(&c, optr, R)) return finish(&c, -1);
+    int64_t nnz = dl(&c.t[0])->shape[1];
+    status = tsgu_cuda_use_device(c.device_id);
+    if (status == TSGU_OK)
+        status = tsgu_cuda_coo_row_ptr(data_of(&c.t[0]), ld, sd, nnz, sizes, data_of(&c.t[1]),
+                                       (void *)(uintptr_t)stream);
+    return finish_cuda(&c, status, "coo_row_ptr");
+}
+
+/* ---- cuda_spmm(ptr, col, values, perm_or_None, batch, n, m, B, out, plan, stream) ----
+ * out[k] = A[k] @ B[k], the value of entry e being values[perm[e]] with perm */
+static PyObject *py_cuda_spmm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[6], *operm, *oplan;
+    long long batch, n, m;
+    unsigned long long stream;
+    int status;
+    call c = {.cuda = 1};
+    tsgu_csr A;
+    tsgu_dense B, C;
+    tsgu_cuda_plan P;
+    if (!PyArg_ParseTuple(args, "OOOOLLLOOOK", &o[0], &o[1], &o[2], &operm, &batch, &n, &m, &o[3], &o[4],
+                          &oplan, &stream))
+        return NULL;
+    const char *names[5] = {"crow_indices", "col_indices", "values", "B", "out"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 1) ||
+        make_dense(&h[3], batch, m, last_dim(&h[4]), A.rtype, &B) ||
+        make_dense(&h[4], batch, n, last_dim(&h[4]), A.rtype, &C) || need_contiguous(&h[4]))
+        return finish(&c, -1);
+    const void *perm = NULL;
+    if (operm != Py_None) {
+        if (take(&c, operm, "perm") || index_array(&c.t[5], &A, A.nnz, names[0])) return finish(&c, -1);
+        perm = data_of(&c.t[5]);
+    }
+    if (take_plan(&c, oplan, C.cols, A.rtype, &P)) return finish(&c, -1);
+    status = tsgu_cuda_use_device(c.device_id);
+    if (status == TSGU_OK) status = tsgu_cuda_spmm(&A, perm, &B, &C, &P, (void *)(uintptr_t)stream);
+    return finish_cuda(&c, status, "spmm");
+}
+
+/* ---- cuda_sddmm(ptr, col, batch, n, m, G, B, out, plan, stream) ----
+ * out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry (k, i, j) */
+static PyObject *py_cuda_sddmm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[5], *oplan;
+    long long batch, n, m;
+    unsigned long long stream;
+    int status;
+    call c = {.cuda = 1};
+    tsgu_csr A;
+    tsgu_dense G, B;
+    tsgu_cuda_plan P;
+    if (!PyArg_ParseTuple(args, "OOLLLOOOOK", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4], &oplan,
+                          &stream))
+        return NULL;
+    const char *names[5] = {"crow_indices", "col_indices", "grad", "B", "out"};
+    const held *h = c.t;
+    /* out is checked as the value array of the pattern: one value per entry */
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[4], batch, n, m, &A, 1) ||
+        make_dense(&h[2], batch, n, last_dim(&h[2]), A.rtype, &G) ||
+        make_dense(&h[3], batch, m, last_dim(&h[2]), A.rtype, &B) || take_plan(&c, oplan, 0, A.rtype, &P))
+        return finish(&c, -1);
+    status = tsgu_cuda_use_device(c.device_id);
+    if (status == TSGU_OK) status = tsgu_cuda_sddmm(&A, &G, &B, (void *)A.val, &P, (void *)(uintptr_t)stream);
+    return finish_cuda(&c, status, "sddmm");
+}
+#endif
+
 static PyMethodDef methods[] = {
     {"set_exporter", py_set_exporter, METH_O, "set_exporter(fn): fn(tensor) -> DLPack capsule"},
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
@@ -831,10 +1059,30 @@ static PyMethodDef methods[] = {
      "lse_cols(crow, col, values, batch, n, m, include_zeros, out, nthreads)"},
     {"lse_grad", py_lse_grad, METH_VARARGS,
      "lse_grad(crow, col, values, batch, n, m, row_lse, row_grad, col_lse, col_grad, out, nthreads)"},
+#ifdef TSGU_CUDA
+    {"cuda_csr_check", py_cuda_csr_check, METH_VARARGS,
+     "cuda_csr_check(crow, col, batch, n, m, item_nnz, flag, stream): raises for a malformed structure"},
+    {"cuda_coo_check", py_cuda_coo_check, METH_VARARGS,
+     "cuda_coo_check(indices, sizes, coalesced, flag, stream) -> order bits (0: coalesced order)"},
+    {"cuda_coo_row_ptr", py_cuda_coo_row_ptr, METH_VARARGS, "cuda_coo_row_ptr(indices, sizes, row_ptr, stream)"},
+    {"cuda_spmm", py_cuda_spmm, METH_VARARGS,
+     "cuda_spmm(crow, col, values, perm, batch, n, m, B, out, plan, stream)"},
+    {"cuda_sddmm", py_cuda_sddmm, METH_VARARGS, "cuda_sddmm(crow, col, batch, n, m, G, B, out, plan, stream)"},
+#endif
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",
                                     "C kernels of torchsparsegradutils (private: use the Python API)",
                                     -1, methods, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__C(void)
+{
+    PyObject *m = PyModule_Create(&module);
+#ifdef TSGU_CUDA
+    const long cuda = 1;
+#else
+    const long cuda = 0;
+#endif
+    if (m && PyModule_AddIntConstant(m, "cuda", cuda)) Py_CLEAR(m); /* built with the CUDA kernels? */
+    return m;
+}

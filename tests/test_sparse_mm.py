@@ -493,13 +493,6 @@ def test_bilinear_form_huge_n_small_memory():
     assert out["peak_mb"] < 2048, out
 
 
-@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
-@pytest.mark.parametrize("layout,batched,itype", GRID)
-def test_cuda_matches_dense(layout, batched, itype):
-    A, B, G, D = make_case(layout, batched, 30, 40, 17, 200, torch.float64, itype)
-    check_against_dense(A.cuda(), B.cuda(), G.cuda(), D.cuda(), TOL[torch.float64])
-
-
 def test_version_and_exports():
     assert tsgu.__version__
     assert set(tsgu.__all__) >= {"sparse_mm", "sparse_csr_tensor"}

@@ -20,7 +20,7 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.dlpack import to_dlpack
 
-from . import _C
+from . import _C, _cuda
 
 # A COO matrix with more than this many rows per stored entry is hypersparse:
 # its row pointers (O(rows)) would dwarf its entries, so only its non-empty rows
@@ -193,16 +193,10 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     val = plain(A._values())
     coalesced = A.is_coalesced()
     hypersparse = compress_rows and batch * n > _HYPERSPARSE_ROWS_PER_ENTRY * (indices.shape[1] + 1)
-    if A.is_cpu and not hypersparse:
-        ptr = torch.empty(batch * n + 1, dtype=torch.int64)
-        if coalesced:                     # checks ranges and row order as it fills ptr
-            _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads())
-        elif not _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads(), True):
-            s = _coalesced_structure(indices, sizes)
-            indices, ptr = s.indices, s.ptr
-            val = val.index_select(0, s.order) if s.slot is None else \
-                val.new_zeros(indices.shape[1]).index_add_(0, s.slot, val)
-        return CSRView(ptr, indices[-1], val.contiguous(), batch, n, m, shape, indices)
+    if not hypersparse and (A.is_cpu or _cuda.usable(indices)):
+        s = _cpu_coo_structure(indices, sizes, coalesced) if A.is_cpu else \
+            _cuda.coo_structure(indices, sizes, coalesced)
+        return CSRView(s.ptr, s.indices[-1], s.values_of(val).contiguous(), batch, n, m, shape, s.indices)
     if not coalesced:
         # Check ranges before coalescing: coalesce would fold an out-of-range
         # index onto a valid position and hide the error.
@@ -220,19 +214,41 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     return CSRView(ptr, indices[-1], val, batch, n, m, shape, indices)
 
 
-# ------------------------------------------------- the coalesced form of an unsorted COO
-class _Structure(NamedTuple):
-    """How the entries of one CPU index array (`source`, a private copy) coalesce:
-    `indices` (sorted, unique) with row pointers `ptr`; a values array in that
-    order is values[order] when no position repeats (`slot` None), else the sum,
-    by index_add in entry order as coalesce() sums, at `slot` (the coalesced
-    position of every entry)."""
-    source: torch.Tensor
-    storage: StorageWeakRef
+# ------------------------------------------------- the coalesced form of a COO index array
+class CooStructure(NamedTuple):
+    """How the entries of one index array coalesce: `indices` (sorted by row)
+    with row pointers `ptr`; values in that order are values_of(values).  When
+    the array is already in that order, `order` is None; else (an array sorted
+    here) `order` and `slot` say how its values coalesce, and for a CPU array
+    `source` is a private copy of it (see _STRUCTURES) and `storage` its memory."""
+    source: Optional[torch.Tensor]
+    storage: Optional[StorageWeakRef]
     indices: torch.Tensor
     ptr: torch.Tensor
-    order: torch.Tensor
+    order: Optional[torch.Tensor]
     slot: Optional[torch.Tensor]
+
+    def values_of(self, val: torch.Tensor) -> torch.Tensor:
+        """The values of the original entries in this structure's order: val[order]
+        when no position repeats (`slot` None), else the sum, by index_add in entry
+        order as coalesce() sums, at `slot` (the coalesced position of every entry)."""
+        if self.order is None:
+            return val
+        if self.slot is None:
+            return val.index_select(0, self.order)
+        return val.new_zeros(self.indices.shape[1]).index_add_(0, self.slot, val)
+
+
+def _cpu_coo_structure(indices: torch.Tensor, sizes, coalesced: bool) -> CooStructure:
+    """The structure of CPU COO indices, checked in C as the row pointers are filled:
+    the indices themselves when sorted and unique (one pass), else a cached sort."""
+    n, batch = sizes[-2], sizes[0] if len(sizes) == 3 else 1
+    ptr = torch.empty(batch * n + 1, dtype=torch.int64)
+    if coalesced:                         # checks ranges and row order as it fills ptr
+        _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads())
+    elif not _C.coo_row_ptr(indices, sizes, ptr, torch.get_num_threads(), True):
+        return _coalesced_structure(indices, sizes)
+    return CooStructure(None, None, indices, ptr, None, None)
 
 
 # Structures of recently seen unsorted index arrays, newest last, keyed by where
@@ -244,12 +260,12 @@ class _Structure(NamedTuple):
 # Entries hold private tensors only (never the user's), so the cache keeps no
 # tensor alive; at most _MAX_STRUCTURES are kept, and one whose index memory has
 # been freed is dropped at the next look-up.
-_STRUCTURES: "OrderedDict[tuple, _Structure]" = OrderedDict()
+_STRUCTURES: "OrderedDict[tuple, CooStructure]" = OrderedDict()
 _MAX_STRUCTURES = 4
 _STRUCTURES_LOCK = threading.Lock()
 
 
-def _coalesced_structure(indices: torch.Tensor, sizes) -> _Structure:
+def _coalesced_structure(indices: torch.Tensor, sizes) -> CooStructure:
     """The coalesced structure of a CPU COO index array whose indices are in range
     (checked by the caller) but not sorted and unique."""
     key = (indices.data_ptr(), tuple(indices.shape), indices.stride(), sizes)
@@ -261,7 +277,7 @@ def _coalesced_structure(indices: torch.Tensor, sizes) -> _Structure:
             _STRUCTURES.move_to_end(key)
     if s is not None and torch.equal(s.source, indices):
         return s
-    s = _sort_structure(indices, sizes)
+    s = sort_structure(indices, sizes, keep_source=True)
     with _STRUCTURES_LOCK:
         _STRUCTURES[key] = s
         _STRUCTURES.move_to_end(key)
@@ -270,7 +286,9 @@ def _coalesced_structure(indices: torch.Tensor, sizes) -> _Structure:
     return s
 
 
-def _sort_structure(indices: torch.Tensor, sizes) -> _Structure:
+def sort_structure(indices: torch.Tensor, sizes, keep_source: bool) -> CooStructure:
+    """The structure of indices in range but not sorted and unique, by a sort (torch
+    ops, on the indices' device); keep_source keeps a private copy of them."""
     n, batch = sizes[-2], sizes[0] if len(sizes) == 3 else 1
     rows, cols = _global_rows(indices, n), indices[-1]
     order = torch.sort(cols, stable=True).indices                 # by (row, col), repeats
@@ -284,9 +302,14 @@ def _sort_structure(indices: torch.Tensor, sizes) -> _Structure:
         slot[order] = torch.cumsum(first, 0) - 1
         order = order[first]
     coalesced = indices.index_select(1, order)
-    ptr = torch.empty(batch * n + 1, dtype=torch.int64)
-    _C.coo_row_ptr(coalesced, sizes, ptr, torch.get_num_threads())
-    return _Structure(indices.clone(), StorageWeakRef(indices.untyped_storage()), coalesced, ptr, order, slot)
+    if indices.is_cuda:
+        ptr = _cuda.row_ptr(coalesced, sizes)
+    else:
+        ptr = torch.empty(batch * n + 1, dtype=torch.int64)
+        _C.coo_row_ptr(coalesced, sizes, ptr, torch.get_num_threads())
+    source = indices.clone() if keep_source else None
+    storage = StorageWeakRef(indices.untyped_storage()) if keep_source else None
+    return CooStructure(source, storage, coalesced, ptr, order, slot)
 
 
 def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRView:

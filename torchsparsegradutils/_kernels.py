@@ -1,13 +1,14 @@
 """Typed wrappers around the C kernels, one per kernel: on a CSRView, or for the
 grouped products (gather_mm, segment_mm) on dense rows and their grouping.
 
-CPU tensors go to torchsparsegradutils._C.  Other devices (CUDA) go through
-PyTorch's own ops with the same meaning and, like the kernels, never build a
-dense n x m matrix: until CUDA kernels of our own exist, this is their path.
+CPU tensors go to torchsparsegradutils._C.  CUDA tensors go to the CUDA
+kernels (_cuda.py) for the products of sparse_mm where the build has them;
+otherwise, and on other devices, through PyTorch's own ops with the same
+meaning, which, like the kernels, never build a dense n x m matrix.
 """
 import torch
 
-from . import _C
+from . import _C, _cuda
 from ._csr import CSRView, entry_rows, plain
 
 # Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
@@ -56,6 +57,8 @@ def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
     p = B.shape[-1]
     out_shape = (A.batch, A.nrows, p) if B.dim() == 3 else (A.nrows, p)
     if not _use_c(A.values, B):
+        if _cuda.usable(A.values, B):
+            return _cuda.spmm(A, _dense_for_c(B))
         A2, _, _ = _global_csr(A)
         C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
         return C.reshape(out_shape)
@@ -74,6 +77,8 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
     p = G.shape[-1]
     out_shape = (A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p)
     if not _use_c(A.values, G):
+        if _cuda.usable(A.values, G):
+            return _cuda.spmm_t(A, _dense_for_c(G))
         A2, rows, cols = _global_csr(A)
         At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(),
                                      (A.batch * A.ncols, A.batch * A.nrows))
@@ -104,6 +109,8 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     if A.rows is not None:
         return sddmm(A._replace(rows=None), _item_rows(G).index_select(0, A.rows), _item_rows(B))
     if not _use_c(G, B):
+        if _cuda.usable(G, B):
+            return _cuda.sddmm(A, _dense_for_c(G), _dense_for_c(B))
         return _sddmm_gather(A, G, B)
     g = torch.empty(A.col.shape, dtype=G.dtype)
     _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, _dense_for_c(G), _dense_for_c(B), g,

@@ -1,0 +1,247 @@
+"""sparse_mm on CUDA tensors: our CUDA kernels (csrc/cuda/) and the torch-ops
+fallback that builds without nvcc take, against dense PyTorch autograd on the
+same device, float64 gradcheck, malformed structures, memory, and same bits
+across runs.  Every test skips without a CUDA device.
+
+The grid and the references are test_sparse_mm's, moved to the device."""
+import pytest
+import torch
+from test_sparse_mm import (GRID, HALF, ROUNDED_TOL, SHAPES, TOL, check_against_dense, float64_reference,
+                            grads_of, make_case, rounded_case)
+
+from torchsparsegradutils import SparseCSR, _cuda, sparse_csr_tensor, sparse_mm
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+DEV = "cuda"
+
+
+@pytest.fixture(params=["cuda_kernels", "torch_ops"])
+def path(request, monkeypatch):
+    """Each test through our CUDA kernels and through the torch-ops fallback."""
+    if request.param == "cuda_kernels" and not _cuda.BUILT:
+        pytest.skip("built without nvcc: no CUDA kernels")
+    monkeypatch.setattr(_cuda, "enabled", request.param == "cuda_kernels")
+    return request.param
+
+
+def on_device(*tensors):
+    return [t.to(DEV) for t in tensors]
+
+
+@pytest.mark.parametrize("layout,batched,itype", GRID)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n,m,p,nnz", SHAPES)
+def test_matches_dense_autograd(path, layout, batched, itype, dtype, n, m, p, nnz):
+    A, B, G, D = make_case(layout, batched, n, m, p, nnz, dtype, itype)
+    check_against_dense(*on_device(A, B, G, D), TOL[dtype])
+
+
+@pytest.mark.parametrize("layout,batched,itype", GRID)
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("n,m,p,nnz", SHAPES[:4])
+def test_half_matches_float64_of_the_rounded_inputs(path, layout, batched, itype, dtype, n, m, p, nnz):
+    A, B, G, D, mask = rounded_case(layout, batched, n, m, p, nnz, dtype, itype, seed=13)
+    got = grads_of(*on_device(A, B, G))
+    for g, want in zip(got, float64_reference(D, mask, B, G)):
+        torch.testing.assert_close(g.cpu().double(), want, **ROUNDED_TOL[dtype])
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_noncontiguous_and_expanded_operands(path, layout, batched):
+    A, B, G, D = on_device(*make_case(layout, batched, 8, 6, 8, 20, torch.float64, torch.int64))
+    Bt = B.transpose(-1, -2).contiguous().transpose(-1, -2)          # column-major
+    check_against_dense(A, Bt, G, D, TOL[torch.float64])
+    Bwide = torch.cat([B, B], -1)[..., 1: B.shape[-1] + 1]            # row stride > p, unaligned
+    torch.testing.assert_close(sparse_mm(A, Bwide), D @ Bwide)
+    A2 = A.detach().requires_grad_()
+    sparse_mm(A2, B).sum().backward()                                # expanded (stride 0) gradient
+    torch.testing.assert_close(A2.grad.to_dense(), (torch.ones_like(D @ B) @ B.transpose(-1, -2)) * (D != 0))
+
+
+def long_rows_case(dtype, itype, batched):
+    """A with rows and columns far longer than _cuda.LONG_ROW (the plan's pieces, in
+    sparse_mm and in A^T @ G) beside short and empty ones."""
+    gen = torch.Generator().manual_seed(7)
+    b, n, m = (2 if batched else 1), 700, 900
+    D = torch.zeros(b, n, m, dtype=dtype)
+    D[:, 3, :] = torch.randn(b, m, generator=gen, dtype=dtype)           # a row of 900 entries
+    D[:, :, 5] = torch.randn(b, n, generator=gen, dtype=dtype)           # a column of 700
+    D[:, 10:, :] += torch.randn(b, n - 10, m, generator=gen, dtype=dtype) * \
+        (torch.rand(b, n - 10, m, generator=gen) < 0.01)
+    D[:, 4, :] = 0                                                       # an empty row
+    D = D if batched else D[0]
+    A = D.to_sparse_csr()
+    A = torch.sparse_csr_tensor(A.crow_indices().to(itype), A.col_indices().to(itype), A.values(), D.shape)
+    B = torch.randn(*D.shape[:-2], m, 33, generator=gen, dtype=dtype)
+    G = torch.randn(*D.shape[:-2], n, 33, generator=gen, dtype=dtype)
+    return on_device(A, B, G, D)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_long_rows_and_columns(path, batched, itype, dtype):
+    A, B, G, D = long_rows_case(dtype, itype, batched)
+    check_against_dense(A, B, G, D, TOL[dtype])
+
+
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr"])
+def test_same_bits_across_runs(path, layout):
+    """Forward, grad_A and grad_B are bitwise equal over repeated runs (no atomics),
+    long rows included."""
+    if layout == "csr":
+        A, B, G, _ = long_rows_case(torch.float32, torch.int64, False)
+    else:
+        A, B, G, _ = on_device(*make_case(layout, True, 300, 200, 64, 12000, torch.float32, torch.int64))
+    first = grads_of(A, B, G)
+    for _ in range(3):
+        again = grads_of(A, B, G)
+        assert all(torch.equal(x, y) for x, y in zip(first, again))
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_gradcheck_float64(path, layout, batched):
+    A, B, _, _ = on_device(*make_case(layout, batched, 6, 5, 3, 12, torch.float64, torch.int64))
+    if layout == "csr":
+        vals = A.values().detach().clone().requires_grad_()
+        crow, col = A.crow_indices(), A.col_indices()
+        fn = lambda v, B: sparse_mm(sparse_csr_tensor(crow, col, v, A.shape), B)  # noqa: E731
+    else:
+        A = A.coalesce()
+        vals = A.values().detach().clone().requires_grad_()
+        idx = A.indices()
+        fn = lambda v, B: sparse_mm(torch.sparse_coo_tensor(idx, v, A.shape), B)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (vals, B.detach().clone().requires_grad_()))
+
+
+def test_sparse_csr_operand(path):
+    """The compile-friendly operand (custom operators) on the device."""
+    A, B, G, D = on_device(*make_case("csr", False, 30, 40, 17, 200, torch.float64, torch.int64))
+    w = A.values().clone().requires_grad_()
+    C = sparse_mm(SparseCSR(A.crow_indices(), A.col_indices(), w, tuple(A.shape)), B)
+    C.backward(G)
+    torch.testing.assert_close(C, D @ B)
+    torch.testing.assert_close(w.grad, (G @ B.T)[D != 0])
+
+
+def test_side_stream(path):
+    """The kernels run on PyTorch's current stream."""
+    A, B, _, D = on_device(*make_case("csr", True, 300, 200, 64, 12000, torch.float32, torch.int64))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        C = sparse_mm(A, B)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.testing.assert_close(C, D @ B, **TOL[torch.float32])
+
+
+def test_empty_sizes(path):
+    for n, m, p in [(0, 4, 3), (4, 0, 3), (4, 3, 0), (0, 0, 0), (3, 3, 2)]:
+        for A in (torch.zeros(n, m).to_sparse(), torch.zeros(n, m).to_sparse_csr()):
+            A = A.to(DEV).requires_grad_()
+            B = torch.randn(m, p, device=DEV, requires_grad=True)
+            C = sparse_mm(A, B)
+            assert C.shape == (n, p) and not C.any()
+            C.sum().backward()
+            assert B.grad.shape == B.shape and not B.grad.any()
+            assert A.grad.shape == A.shape
+
+
+MALFORMED = [
+    # crow, col, message
+    ([0, 2, 3], [0, 5, 1], "column index"),          # column out of range
+    ([0, 2, 3], [1, 0, 1], "sorted and unique"),     # unsorted columns in a row
+    ([0, 3, 2], [0, 1, 1], "row pointers"),          # decreasing pointers
+    ([0, 2, 4], [0, 1, 1], "row pointers"),          # last pointer past nnz
+    ([1, 2, 3], [0, 1, 1], "row pointers"),          # first pointer not 0
+]
+
+
+@pytest.mark.parametrize("crow,col,message", MALFORMED)
+def test_malformed_csr_raises(crow, col, message):
+    if not _cuda.BUILT:
+        pytest.skip("the torch-ops fallback relies on torch's own checks")
+    crow, col = torch.tensor(crow, device=DEV), torch.tensor(col, device=DEV)
+    A = torch.sparse_csr_tensor(crow, col, torch.ones(col.numel(), device=DEV), (2, 3), check_invariants=False)
+    with pytest.raises(ValueError, match=message):
+        sparse_mm(A, torch.ones(3, 2, device=DEV))
+
+
+def test_malformed_batched_csr_end_raises():
+    if not _cuda.BUILT:
+        pytest.skip("the torch-ops fallback relies on torch's own checks")
+    crow = torch.tensor([[0, 1, 2], [0, 1, 1]], device=DEV)       # item 1 ends at 1, not nnz = 2
+    col = torch.tensor([[0, 1], [0, 1]], device=DEV)
+    A = torch.sparse_csr_tensor(crow, col, torch.ones(2, 2, device=DEV), (2, 2, 3), check_invariants=False)
+    with pytest.raises(ValueError, match="row pointers"):
+        sparse_mm(A, torch.ones(2, 3, 2, device=DEV))
+
+
+@pytest.mark.parametrize("coalesced", [False, True])
+def test_malformed_coo_raises(path, coalesced):
+    idx = torch.tensor([[0, 1, 5], [0, 2, 1]], device=DEV)         # row 5 of 2
+    A = torch.sparse_coo_tensor(idx, torch.ones(3, device=DEV), (2, 3), is_coalesced=coalesced,
+                                check_invariants=False)
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_mm(A, torch.ones(3, 2, device=DEV))
+
+
+def test_coo_flagged_coalesced_but_unsorted_raises():
+    if not _cuda.BUILT:
+        pytest.skip("the torch-ops fallback trusts the flag")
+    idx = torch.tensor([[1, 0], [0, 2]], device=DEV)
+    A = torch.sparse_coo_tensor(idx, torch.ones(2, device=DEV), (2, 3), is_coalesced=True)
+    with pytest.raises(ValueError, match="not sorted by row"):
+        sparse_mm(A, torch.ones(3, 2, device=DEV))
+
+
+def test_structure_checked_once_per_adjacency():
+    """A training loop reuses its adjacency: the structure is checked (and the device
+    waited for) once, not every step; a new index tensor is checked again."""
+    if not _cuda.BUILT:
+        pytest.skip("no CUDA kernels")
+    A, B, G, _ = on_device(*make_case("coo_unflagged", False, 50, 40, 8, 300, torch.float32, torch.int64))
+    A.requires_grad_()
+    grads_of(A, B, G)
+    calls = []
+    real = _cuda._C.cuda_coo_check
+    try:
+        _cuda._C.cuda_coo_check = lambda *a: calls.append(1) or real(*a)
+        for _ in range(3):
+            grads_of(A, B, G)
+        assert calls == []
+        A2 = torch.sparse_coo_tensor(A._indices().clone(), A._values(), A.shape)
+        grads_of(A2, B, G)
+        assert calls == [1]
+    finally:
+        _cuda._C.cuda_coo_check = real
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_no_densifying(path, layout):
+    """n = m = 200k (dense A would take 160 GB): forward and backward allocate about
+    the outputs and the pattern's own arrays, nothing of size n x m or nnz x p."""
+    n, nnz, p = 200_000, 2_000_000, 64
+    gen = torch.Generator(device=DEV).manual_seed(3)
+    idx = torch.randint(0, n, (2, nnz), device=DEV, generator=gen)
+    A = torch.sparse_coo_tensor(idx, torch.randn(nnz, device=DEV, generator=gen), (n, n)).coalesce()
+    if layout == "csr":
+        A = A.to_sparse_csr()
+    A.requires_grad_()
+    B = torch.randn(n, p, device=DEV, generator=gen, requires_grad=True)
+    G = torch.randn(n, p, device=DEV, generator=gen)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    sparse_mm(A, B).backward(G)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    outputs = 2 * n * p * 4 + nnz * 4                        # C, grad_B, grad_A's values
+    pattern = nnz * 8 * 4 + (n + 1) * 8 * 2                  # index arrays: coalesced, transposed, pointers
+    nnz_by_p = nnz * p * 4
+    assert extra < outputs + pattern + nnz_by_p // 2, (extra, outputs, pattern)
+    if path == "cuda_kernels":
+        assert extra <= 1.2 * (outputs + pattern), (extra, outputs, pattern)
