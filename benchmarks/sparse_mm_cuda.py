@@ -70,7 +70,9 @@ def _coalesced(rows, cols, n):
 
 
 # ------------------------------------------------------------------ timing
-def timed(fn, reps: int, warmup: int = 3) -> dict:
+def timed(fn, reps: int, warmup: int = 3, inner: int = 5) -> dict:
+    """Seconds per call of fn: `inner` calls back to back between two events (the
+    host queues ahead, as in a training loop), median and min over reps."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -78,15 +80,18 @@ def timed(fn, reps: int, warmup: int = 3) -> dict:
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(inner):
+            fn()
         end.record()
         end.synchronize()
-        ts.append(start.elapsed_time(end) / 1e3)
+        ts.append(start.elapsed_time(end) / 1e3 / inner)
     return {"median_s": statistics.median(ts), "min_s": min(ts)}
 
 
-def peak_extra(fn) -> int:
-    """Peak device memory allocated by fn beyond what was allocated before it."""
+def peak_extra(fn, clear) -> int:
+    """Peak device memory allocated by fn beyond what was allocated before it (after
+    clear() has dropped what earlier runs left, e.g. gradients)."""
+    clear()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
@@ -95,11 +100,11 @@ def peak_extra(fn) -> int:
     return torch.cuda.max_memory_allocated() - base
 
 
-def attempt(fn, reps):
+def attempt(fn, reps, clear=lambda: None):
     """(timing, peak bytes) of fn, or an 'out of memory' / error record."""
     try:
         t = timed(fn, reps)
-        t["peak_bytes"] = peak_extra(fn)
+        t["peak_bytes"] = peak_extra(fn, clear)
         return t
     except torch.OutOfMemoryError:
         return {"error": "out of memory"}
@@ -171,7 +176,10 @@ def run_case(name, idx, n, p, reps, gen):
                          ("torch csr", csr, torch_fwd_bwd), ("torch coo", coo, torch_fwd_bwd),
                          ("torch-ops fallback", csr, fallback_fwd_bwd)]:
         Ag = A.detach().requires_grad_()
-        tm["fwd+bwd " + label] = attempt(lambda: fn(Ag, Bg, G), reps)
+
+        def clear():
+            Ag.grad = Bg.grad = None
+        tm["fwd+bwd " + label] = attempt(lambda: fn(Ag, Bg, G), reps, clear)
     tm["fwd+bwd release"] = attempt(lambda: release_fwd_bwd(csr, B, G), reps)
     r["memory"]["necessary_bytes"] = 2 * n * p * 4 + nnz * 4
     return r
@@ -184,8 +192,8 @@ def ratio(r, a, b):
 
 def markdown(doc) -> str:
     lines = [f"# sparse_mm on {doc['device']}", "",
-             f"torch {doc['torch']}, float32 values, int64 indices; CUDA events, median of {doc['reps']} runs "
-             f"after 3 warm-ups. Device copy bandwidth {doc['copy_GBps']:.0f} GB/s (read + write).", "",
+             f"torch {doc['torch']}, float32 values, int64 indices; CUDA events around 5 calls back to back, "
+             f"median of {doc['reps']} after 3 warm-ups. Device copy bandwidth {doc['copy_GBps']:.0f} GB/s (read + write).", "",
              "| matrix | n | nnz | max row | p | fwd ours ms | fwd cuSPARSE ms | fwd ratio | fwd GB/s (frac copy) "
              "| SDDMM ratio vs sampled_addmm | fwd+bwd ours ms | torch CSR ms | ratio | fallback ms | release ms "
              "| ours peak / necessary | ours COO peak / necessary | torch COO |",

@@ -1006,31 +1006,29 @@ static PyObject *py_cuda_spmm(PyObject *self, PyObject *args)
     return finish_cuda(&c, status, "spmm");
 }
 
-/* ---- cuda_sddmm(ptr, col, batch, n, m, G, B, out, plan, stream) ----
- * out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry (k, i, j) */
+/* ---- cuda_sddmm(ptr, col, rows, batch, n, m, G, B, out, stream) ----
+ * out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry (k, i, j), rows[e] = k*n + i */
 static PyObject *py_cuda_sddmm(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[5], *oplan;
+    PyObject *o[6];
     long long batch, n, m;
     unsigned long long stream;
     int status;
     call c = {.cuda = 1};
     tsgu_csr A;
     tsgu_dense G, B;
-    tsgu_cuda_plan P;
-    if (!PyArg_ParseTuple(args, "OOLLLOOOOK", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4], &oplan,
-                          &stream))
+    if (!PyArg_ParseTuple(args, "OOOLLLOOOK", &o[0], &o[1], &o[5], &batch, &n, &m, &o[2], &o[3], &o[4], &stream))
         return NULL;
-    const char *names[5] = {"crow_indices", "col_indices", "grad", "B", "out"};
+    const char *names[6] = {"crow_indices", "col_indices", "grad", "B", "out", "rows"};
     const held *h = c.t;
     /* out is checked as the value array of the pattern: one value per entry */
-    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[4], batch, n, m, &A, 1) ||
+    if (take_all(&c, o, names, 6) || make_csr(&h[0], &h[1], &h[4], batch, n, m, &A, 1) ||
         make_dense(&h[2], batch, n, last_dim(&h[2]), A.rtype, &G) ||
-        make_dense(&h[3], batch, m, last_dim(&h[2]), A.rtype, &B) || take_plan(&c, oplan, 0, A.rtype, &P))
+        make_dense(&h[3], batch, m, last_dim(&h[2]), A.rtype, &B) || index_array(&h[5], &A, A.nnz, names[0]))
         return finish(&c, -1);
     status = tsgu_cuda_use_device(c.device_id);
-    if (status == TSGU_OK) status = tsgu_cuda_sddmm(&A, &G, &B, (void *)A.val, &P, (void *)(uintptr_t)stream);
+    if (status == TSGU_OK) status = tsgu_cuda_sddmm(&A, data_of(&h[5]), &G, &B, (void *)A.val, (void *)(uintptr_t)stream);
     return finish_cuda(&c, status, "sddmm");
 }
 #endif
@@ -1067,7 +1065,7 @@ static PyMethodDef methods[] = {
     {"cuda_coo_row_ptr", py_cuda_coo_row_ptr, METH_VARARGS, "cuda_coo_row_ptr(indices, sizes, row_ptr, stream)"},
     {"cuda_spmm", py_cuda_spmm, METH_VARARGS,
      "cuda_spmm(crow, col, values, perm, batch, n, m, B, out, plan, stream)"},
-    {"cuda_sddmm", py_cuda_sddmm, METH_VARARGS, "cuda_sddmm(crow, col, batch, n, m, G, B, out, plan, stream)"},
+    {"cuda_sddmm", py_cuda_sddmm, METH_VARARGS, "cuda_sddmm(crow, col, rows, batch, n, m, G, B, out, stream)"},
 #endif
     {NULL, NULL, 0, NULL}};
 

@@ -50,7 +50,8 @@ def check_against_dense(A, B, G, D, tol):
     assert gA.layout == A.layout and gA.shape == A.shape
     pattern = (D != 0).to(D.dtype) if A.layout == torch.sparse_csr else \
         torch.sparse_coo_tensor(A.detach().coalesce().indices(),
-                                torch.ones(A.detach().coalesce()._nnz(), dtype=D.dtype), D.shape).to_dense()
+                                torch.ones(A.detach().coalesce()._nnz(), dtype=D.dtype, device=D.device),
+                                D.shape).to_dense()
     torch.testing.assert_close(gA.to_dense(), gDr * pattern, **tol)
     # the gradient lives on A's (coalesced) pattern, nowhere else
     if A.layout == torch.sparse_coo:

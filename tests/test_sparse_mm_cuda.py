@@ -69,7 +69,7 @@ def long_rows_case(dtype, itype, batched):
     D[:, 3, :] = torch.randn(b, m, generator=gen, dtype=dtype)           # a row of 900 entries
     D[:, :, 5] = torch.randn(b, n, generator=gen, dtype=dtype)           # a column of 700
     D[:, 10:, :] += torch.randn(b, n - 10, m, generator=gen, dtype=dtype) * \
-        (torch.rand(b, n - 10, m, generator=gen) < 0.01)
+        (torch.rand(n - 10, m, generator=gen) < 0.01)                # the same pattern in every item
     D[:, 4, :] = 0                                                       # an empty row
     D = D if batched else D[0]
     A = D.to_sparse_csr()
@@ -91,6 +91,8 @@ def test_long_rows_and_columns(path, batched, itype, dtype):
 def test_same_bits_across_runs(path, layout):
     """Forward, grad_A and grad_B are bitwise equal over repeated runs (no atomics),
     long rows included."""
+    if path == "torch_ops":
+        pytest.skip("PyTorch's sparse CUDA products sum with atomics: not reproducible bit for bit")
     if layout == "csr":
         A, B, G, _ = long_rows_case(torch.float32, torch.int64, False)
     else:
@@ -223,7 +225,8 @@ def test_structure_checked_once_per_adjacency():
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_no_densifying(path, layout):
     """n = m = 200k (dense A would take 160 GB): forward and backward allocate about
-    the outputs and the pattern's own arrays, nothing of size n x m or nnz x p."""
+    the outputs and the pattern's own arrays, nothing of size n x m or nnz x p.
+    Measured on the first step (structure derived) and on the next (reused)."""
     n, nnz, p = 200_000, 2_000_000, 64
     gen = torch.Generator(device=DEV).manual_seed(3)
     idx = torch.randint(0, n, (2, nnz), device=DEV, generator=gen)
@@ -231,17 +234,25 @@ def test_no_densifying(path, layout):
     if layout == "csr":
         A = A.to_sparse_csr()
     A.requires_grad_()
+    nnz = A._nnz()
     B = torch.randn(n, p, device=DEV, generator=gen, requires_grad=True)
     G = torch.randn(n, p, device=DEV, generator=gen)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    sparse_mm(A, B).backward(G)
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - base
-    outputs = 2 * n * p * 4 + nnz * 4                        # C, grad_B, grad_A's values
-    pattern = nnz * 8 * 4 + (n + 1) * 8 * 2                  # index arrays: coalesced, transposed, pointers
-    nnz_by_p = nnz * p * 4
-    assert extra < outputs + pattern + nnz_by_p // 2, (extra, outputs, pattern)
+
+    def step_extra():
+        A.grad = B.grad = None
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        sparse_mm(A, B).backward(G)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+
+    first, again = step_extra(), step_extra()
+    necessary = 2 * n * p * 4 + nnz * 4                       # C, grad_B, grad_A's values
+    pattern = nnz * 8 * 4 + (n + 1) * 8 * 2                   # index arrays: transposed, rows, pointers
+    assert first < necessary + pattern + nnz * p * 4 // 2, (first, necessary, pattern)
     if path == "cuda_kernels":
-        assert extra <= 1.2 * (outputs + pattern), (extra, outputs, pattern)
+        # a CSR leaf also costs a private copy of its values (backward must not read
+        # edited ones) and autograd's copy of the CSR gradient it stores in A.grad
+        kept = nnz * 4 + (nnz * 12 + (n + 1) * 8 if layout == "csr" else 0)
+        assert again <= 1.2 * (necessary + kept), (again, necessary, kept)

@@ -6,8 +6,8 @@ PyTorch's own ops (see _kernels.py).
 
 Each distinct structure (row pointers and columns, or COO indices) is checked
 once on the device, with one synchronisation, and remembered with what is
-derived from it: the pointers made global, the long-row plan, the transpose
-pattern for A^T @ G.  A structure is recognised by where its index tensors
+derived from it: the pointers made global, the long-row plan, every entry's
+row (for the SDDMM), the transpose pattern for A^T @ G.  A structure is recognised by where its index tensors
 lie, their shapes and their version counters, and forgotten once their memory
 is freed: a training loop that reuses its adjacency never waits for the
 device.  An in-place edit that bypasses the version counter (an index tensor
@@ -29,9 +29,9 @@ BUILT = bool(getattr(_C, "cuda", 0))
 # Tests set this to False to run CUDA tensors through the torch-ops fallback.
 enabled = True
 
-# Rows with more entries than this are split into pieces of this many (a plan,
-# csrc/cuda/tsgu_cuda.h), so that one long row does not keep one warp busy
-# while the device idles.
+# In products, rows with more entries than this are split into pieces of this
+# many (a plan, csrc/cuda/tsgu_cuda.h), so that one long row does not keep one
+# group of lanes busy while the device idles.
 LONG_ROW = 256
 
 _MAX_STRUCTURES = 16
@@ -48,7 +48,14 @@ def usable(*tensors: torch.Tensor) -> bool:
 
 
 def _stream(t: torch.Tensor) -> int:
-    return torch.cuda.current_stream(t.device).cuda_stream
+    """PyTorch's current stream on t's device, as a handle."""
+    return _raw_stream(t.device.index)
+
+
+# torch.cuda.current_stream(d).cuda_stream builds a Stream object per call; the
+# raw handle (what torch.compile's generated code uses) costs a tenth of that
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
+                      lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 def _flag(t: torch.Tensor) -> torch.Tensor:
@@ -82,12 +89,19 @@ def _plan(ptr: torch.Tensor) -> Optional[_Plan]:
 
 class _Structure:
     """A checked structure: global pointers `ptr` (batch*n+1) and flat columns
-    `col`, with its plan and transpose derived on first use."""
+    `col`, with what the kernels derive from it (long-row plan, entry rows,
+    transpose) built on first use."""
 
     def __init__(self, ptr: torch.Tensor, col: torch.Tensor, batch: int, n: int, m: int):
         self.ptr, self.col, self.batch, self.n, self.m = ptr, col, batch, n, m
-        self._plan = self._transpose = None
+        self._plan = self._transpose = self._rows = None
         self._planned = False
+
+    def rows(self) -> torch.Tensor:
+        """The global row of every entry (the columns' dtype), built once."""
+        if self._rows is None:
+            self._rows = _csr.entry_rows(self.ptr).to(self.col.dtype)
+        return self._rows
 
     def plan(self, p: int, dtype: torch.dtype):
         if not self._planned:
@@ -108,7 +122,8 @@ class _Structure:
             trow = (rows - item * n).index_select(0, tperm)
             tptr = torch.zeros(b * m + 1, dtype=torch.int64, device=key.device)
             torch.cumsum(torch.bincount(key, minlength=b * m), 0, out=tptr[1:])
-            itype = self.ptr.dtype
+            # int32 where every value fits: the pattern is kept, and read every backward
+            itype = torch.int32 if max(key.numel(), b * m + 1) < 2 ** 31 else torch.int64
             tptr, trow, tperm = tptr.to(itype), trow.to(itype), tperm.to(itype)
             self._transpose = (tptr, trow, tperm, _Structure(tptr, trow, b, m, n))
         return self._transpose
@@ -124,19 +139,24 @@ def _key(*tensors: torch.Tensor) -> tuple:
 
 
 def _lookup(key: tuple):
+    """The structure remembered under key, unless the memory it was derived from was
+    freed since (then the key's address may hold another structure now)."""
     with _LOCK:
-        for k in [k for k, (refs, _) in _STRUCTURES.items() if any(r.expired() for r in refs)]:
-            del _STRUCTURES[k]
         hit = _STRUCTURES.get(key)
-        if hit is not None:
-            _STRUCTURES.move_to_end(key)
-    return None if hit is None else hit[1]
+        if hit is None:
+            return None
+        if any(r.expired() for r in hit[0]):
+            del _STRUCTURES[key]
+            return None
+        _STRUCTURES.move_to_end(key)
+        return hit[1]
 
 
 def _remember(key: tuple, tensors, value) -> None:
     with _LOCK:
+        for k in [k for k, (refs, _) in _STRUCTURES.items() if any(r.expired() for r in refs)]:
+            del _STRUCTURES[k]
         _STRUCTURES[key] = (tuple(StorageWeakRef(t.untyped_storage()) for t in tensors), value)
-        _STRUCTURES.move_to_end(key)
         while len(_STRUCTURES) > _MAX_STRUCTURES:
             _STRUCTURES.popitem(last=False)
 
@@ -218,5 +238,5 @@ def sddmm(A: "_csr.CSRView", G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     """dot(G[k][i,:], B[k][j,:]) at every stored entry, shaped like A.col."""
     s = structure(A)
     g = torch.empty(s.col.shape, dtype=G.dtype, device=G.device)
-    _C.cuda_sddmm(s.ptr, s.col, A.batch, A.nrows, A.ncols, G, B, g, s.plan(0, G.dtype), _stream(G))
+    _C.cuda_sddmm(s.ptr, s.col, s.rows(), A.batch, A.nrows, A.ncols, G, B, g, _stream(G))
     return g.reshape(A.col.shape)

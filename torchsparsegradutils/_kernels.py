@@ -28,6 +28,10 @@ def _use_c(*tensors: torch.Tensor) -> bool:
 # Tests set this to run the non-CPU code path on CPU tensors.
 _force_torch_ops = False
 
+# 16-bit values: the torch-ops path sums their products in float32 and rounds
+# once, as the kernels do (PyTorch's sparse CUDA ops do not take bfloat16)
+_HALF = (torch.float16, torch.bfloat16)
+
 
 def _dense_for_c(X: torch.Tensor) -> torch.Tensor:
     """X as the kernels read a dense operand: plain (see _csr.plain), with
@@ -59,6 +63,8 @@ def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
     if not _use_c(A.values, B):
         if _cuda.usable(A.values, B):
             return _cuda.spmm(A, _dense_for_c(B))
+        if B.dtype in _HALF:
+            return spmm(A._replace(values=A.values.float()), B.float()).to(B.dtype)
         A2, _, _ = _global_csr(A)
         C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
         return C.reshape(out_shape)
@@ -79,6 +85,8 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
     if not _use_c(A.values, G):
         if _cuda.usable(A.values, G):
             return _cuda.spmm_t(A, _dense_for_c(G))
+        if G.dtype in _HALF:
+            return spmm_t(A._replace(values=A.values.float()), G.float()).to(G.dtype)
         A2, rows, cols = _global_csr(A)
         At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(),
                                      (A.batch * A.ncols, A.batch * A.nrows))
@@ -111,6 +119,8 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     if not _use_c(G, B):
         if _cuda.usable(G, B):
             return _cuda.sddmm(A, _dense_for_c(G), _dense_for_c(B))
+        if G.dtype in _HALF:
+            return _sddmm_gather(A, G.float(), B.float()).to(G.dtype)
         return _sddmm_gather(A, G, B)
     g = torch.empty(A.col.shape, dtype=G.dtype)
     _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, _dense_for_c(G), _dense_for_c(B), g,

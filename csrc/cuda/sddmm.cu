@@ -2,113 +2,63 @@
  *
  *   out[e] = sum_c G[k][i, c] * B[k][col[e], c]   for entry e of global row r = k*n + i
  *
- * Work: one warp per row (a warp per piece of a long row, tsgu_cuda.h).  The
- * warp reads 32 entries' columns at once and hands them round by shuffles;
- * its lanes form groups of L (the row width in packs, rounded up to a power
- * of two, at most 32) and each group takes every (32/L)-th entry, several in
- * flight: each lane multiplies packs of G's row (kept in registers for the
- * first 32 packs) and B's, and the group adds its lanes by a butterfly, a
- * fixed order.  No atomics, no temporaries. */
+ * Entries are independent, so the work is split by entries, not rows: a
+ * group of L lanes (the width in packs rounded up to a power of two, at most
+ * 8) takes four consecutive entries, reading each one's global row from
+ * rows[e] (an array the caller keeps per structure), and each lane multiplies
+ * its packs of G's and B's rows; the group adds its lanes by a butterfly, a
+ * fixed order.  Long and short rows cost the same per entry; no atomics, no
+ * temporaries. */
 #include "tsgu_cuda_dev.cuh"
 
-#define UNROLL 2 /* entries per group in flight */
+#define UNROLL 4    /* entries per group */
+#define MAX_LANES 8 /* lanes per entry */
 
 template <typename T, typename I> struct SddmmArgs {
-    const I *ptr, *col;
+    const I *rows, *col;
     const T *G, *B;
     T *out;
     int64_t R, n, m, nnz, packs;
     int64_t gbs, grs, bbs, brs;
     int lanes;
-    int64_t long_row, nlong, npieces;
-    const int64_t *long_rows, *piece_off, *piece_long;
 };
 
-/* out[e] for the entries [s, e) of global row r */
-template <typename T, typename I, int V>
-__device__ __forceinline__ void dots(const SddmmArgs<T, I> &a, int64_t r, int64_t s, int64_t e)
+template <typename T, typename I, int V> __global__ void sddmm_entries(SddmmArgs<T, I> a)
 {
     typedef typename Acc<T>::type F;
-    int lane = threadIdx.x & 31, L = a.lanes, groups = 32 / L, g = lane / L, c0 = lane % L;
-    int64_t k = r / a.n, i = r - k * a.n;
-    const T *Gi = a.G + k * a.gbs + i * a.grs, *Bk = a.B + k * a.bbs;
-    F gi[V]; /* this lane's first pack of G's row */
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, e0 = t / a.lanes * UNROLL;
+    int c0 = (int)(t % a.lanes);
+    F d[UNROLL];
 #pragma unroll
-    for (int v = 0; v < V; v++) gi[v] = 0;
-    if (c0 < a.packs) load_pack<T, V>(Gi + (int64_t)c0 * V, gi);
-    for (int64_t base = s; base < e; base += 32) {
-        I j = base + lane < e ? a.col[base + lane] : (I)-1;
-        int cnt = (int)(e - base < 32 ? e - base : 32);
-        for (int t0 = 0; t0 < cnt; t0 += groups * UNROLL) {
-            F d[UNROLL];
+    for (int u = 0; u < UNROLL; u++) {
+        int64_t e = e0 + u;
+        d[u] = 0;
+        if (e >= a.nnz) continue;
+        int64_t r = (int64_t)a.rows[e], j = (int64_t)a.col[e];
+        if (r < 0 || r >= a.R || j < 0 || j >= a.m) continue;
+        int64_t k = r / a.n;
+        const T *Gi = a.G + k * a.gbs + (r - k * a.n) * a.grs, *Bj = a.B + k * a.bbs + j * a.brs;
+        for (int64_t c = c0; c < a.packs; c += a.lanes) {
+            F x[V], y[V];
+            load_pack<T, V>(Gi + c * V, x);
+            load_pack<T, V>(Bj + c * V, y);
 #pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                int t = t0 + u * groups + g;
-                I ju = __shfl_sync(TSGU_FULL, j, t & 31);
-                d[u] = 0;
-                if (t < cnt && ju >= 0 && (int64_t)ju < a.m) {
-                    const T *Bj = Bk + (int64_t)ju * a.brs;
-                    F x[V];
-                    for (int64_t c = c0; c < a.packs; c += L) {
-                        F y[V];
-                        if (c == c0) {
-#pragma unroll
-                            for (int v = 0; v < V; v++) y[v] = gi[v];
-                        } else {
-                            load_pack<T, V>(Gi + c * V, y);
-                        }
-                        load_pack<T, V>(Bj + c * V, x);
-#pragma unroll
-                        for (int v = 0; v < V; v++) d[u] += y[v] * x[v];
-                    }
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < UNROLL; u++) {
-                for (int off = L >> 1; off > 0; off >>= 1) d[u] += __shfl_xor_sync(TSGU_FULL, d[u], off);
-                int t = t0 + u * groups + g;
-                if (c0 == 0 && t < cnt) a.out[base + t] = from_acc<T>(d[u]);
-            }
+            for (int v = 0; v < V; v++) d[u] += x[v] * y[v];
         }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        for (int off = a.lanes >> 1; off > 0; off >>= 1) d[u] += __shfl_xor_sync(TSGU_FULL, d[u], off);
+        if (c0 == 0 && e0 + u < a.nnz) a.out[e0 + u] = from_acc<T>(d[u]);
     }
 }
 
-template <typename T, typename I, int V> __global__ void sddmm_rows(SddmmArgs<T, I> a)
-{
-    int64_t r = (int64_t)blockIdx.x * TSGU_WARPS + threadIdx.x / 32, s, e;
-    if (r >= a.R) return;
-    row_range(a.ptr, r, a.nnz, &s, &e);
-    if (e - s > a.long_row) return; /* the plan's pieces do it */
-    dots<T, I, V>(a, r, s, e);
-}
-
-template <typename T, typename I, int V> __global__ void sddmm_pieces(SddmmArgs<T, I> a)
-{
-    int64_t q = (int64_t)blockIdx.x * TSGU_WARPS + threadIdx.x / 32;
-    if (q >= a.npieces) return;
-    int64_t r, s, e;
-    if (!piece_range(a.ptr, a.R, a.nnz, a.long_row, a.nlong, a.long_rows, a.piece_off, a.piece_long, q, &r, &s, &e))
-        return;
-    dots<T, I, V>(a, r, s, e);
-}
-
-static unsigned warp_blocks(int64_t warps) { return (unsigned)((warps + TSGU_WARPS - 1) / TSGU_WARPS); }
-
-template <typename T, typename I, int V>
-static int launch(const SddmmArgs<T, I> &a, const tsgu_cuda_plan *plan, cudaStream_t stream)
-{
-    if (a.R > 0) sddmm_rows<T, I, V><<<warp_blocks(a.R), TSGU_WARPS * 32, 0, stream>>>(a);
-    if (plan->npieces > 0)
-        sddmm_pieces<T, I, V><<<warp_blocks(plan->npieces), TSGU_WARPS * 32, 0, stream>>>(a);
-    return tsgu_launched();
-}
-
 template <typename T, typename I>
-static int sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
-                 const tsgu_cuda_plan *plan, cudaStream_t stream)
+static int sddmm(const tsgu_csr *A, const void *rows, const tsgu_dense *G, const tsgu_dense *B, void *out,
+                 cudaStream_t stream)
 {
     SddmmArgs<T, I> a;
-    a.ptr = (const I *)A->ptr;
+    a.rows = (const I *)rows;
     a.col = (const I *)A->col;
     a.G = (const T *)G->data;
     a.B = (const T *)B->data;
@@ -121,23 +71,23 @@ static int sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, vo
     a.grs = G->rstride;
     a.bbs = B->bstride;
     a.brs = B->rstride;
-    a.long_row = plan->npieces > 0 ? plan->long_row : INT64_MAX;
-    a.nlong = plan->nlong;
-    a.npieces = plan->npieces;
-    a.long_rows = plan->long_rows;
-    a.piece_off = plan->piece_off;
-    a.piece_long = plan->piece_long;
     int64_t p = G->cols;
     int V = tsgu_pack_for(sizeof(T), G->data, p, a.grs, a.gbs);
     if (tsgu_pack_for(sizeof(T), B->data, p, a.brs, a.bbs) != V) V = 1;
     a.packs = p / V;
     a.lanes = tsgu_lanes_for(a.packs);
+    if (a.lanes > MAX_LANES) a.lanes = MAX_LANES;
+    if (a.nnz == 0) return TSGU_OK;
+    int64_t threads = (a.nnz + UNROLL - 1) / UNROLL * a.lanes, per_block = TSGU_WARPS * 32;
+    unsigned blocks = (unsigned)((threads + per_block - 1) / per_block);
     const int W = 16 / (int)sizeof(T);
-    return V == 1 ? launch<T, I, 1>(a, plan, stream) : launch<T, I, W>(a, plan, stream);
+    if (V == 1) sddmm_entries<T, I, 1><<<blocks, per_block, 0, stream>>>(a);
+    else sddmm_entries<T, I, W><<<blocks, per_block, 0, stream>>>(a);
+    return tsgu_launched();
 }
 
-extern "C" int tsgu_cuda_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
-                               const tsgu_cuda_plan *plan, void *stream)
+extern "C" int tsgu_cuda_sddmm(const tsgu_csr *A, const void *rows, const tsgu_dense *G, const tsgu_dense *B,
+                               void *out, void *stream)
 {
-    return TSGU_CUDA_DISPATCH(A->rtype, A->itype, sddmm, A, G, B, out, plan, (cudaStream_t)stream);
+    return TSGU_CUDA_DISPATCH(A->rtype, A->itype, sddmm, A, rows, G, B, out, (cudaStream_t)stream);
 }

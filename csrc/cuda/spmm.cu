@@ -7,18 +7,17 @@
  * and the position of each in A's arrays as perm) the same kernel gives
  * A^T @ G, deterministically: no atomics.
  *
- * Work: one warp per (row, chunk of 32 packs of columns).  The warp reads 32
- * entries' columns and values at once (one per lane, coalesced) and hands
- * them round by shuffles; its lanes form groups of L (the row width in packs,
- * rounded up to a power of two, at most 32), each group takes every
- * (32/L)-th entry and its lanes one pack of B's row each, several entries in
- * flight.  The groups' sums are added by a butterfly over lanes: a fixed
- * order.  Rows of more than plan->long_row entries are left to the plan
- * (tsgu_cuda.h): a warp per piece sums into the workspace, then one thread
- * per (long row, column) adds its pieces in order. */
+ * Work: a group of L lanes per (row, chunk of L packs of columns), L the row
+ * width in packs rounded up to a power of two, at most 32, so a warp holds
+ * 32/L rows.  The group reads its row's columns and values L at a time (one
+ * per lane, the next L in flight meanwhile), hands them round by shuffles,
+ * and walks them in order, four packs of B in flight per lane; each lane sums
+ * its own pack of columns: one order of summation.  Rows of more than plan->long_row entries are left to
+ * the plan (tsgu_cuda.h): a group per piece sums into the workspace, then one
+ * thread per (long row, column) adds its pieces in order. */
 #include "tsgu_cuda_dev.cuh"
 
-#define UNROLL 4 /* entries per group in flight */
+#define UNROLL 4 /* entries in flight per lane */
 
 template <typename T, typename I> struct SpmmArgs {
     const I *ptr, *col, *perm;
@@ -32,35 +31,46 @@ template <typename T, typename I> struct SpmmArgs {
     typename Acc<T>::type *work;
 };
 
-/* acc[0..V) += this lane's pack (column pack cv) of sum over entries [s, e) of
- * val[e] * B[k][col[e], :]; the groups' partial sums are not yet added */
+/* value of entry e (0 for a position out of range) */
+template <typename T, typename I>
+__device__ __forceinline__ typename Acc<T>::type value_at(const SpmmArgs<T, I> &a, int64_t e)
+{
+    int64_t at = a.perm ? (int64_t)a.perm[e] : e;
+    return at >= 0 && at < a.nnz ? to_acc(a.val[at]) : typename Acc<T>::type(0);
+}
+
+/* acc[0..V) = pack cv of sum over entries [s, e) of val[e] * B[k][col[e], :],
+ * summed by the group of L lanes this lane belongs to (all of them call it
+ * with the same range; a lane with cv >= packs only helps) */
 template <typename T, typename I, int V>
-__device__ __forceinline__ void gather_sum(const SpmmArgs<T, I> &a, int64_t s, int64_t e, const T *Bk, int64_t cv,
-                                           typename Acc<T>::type *acc)
+__device__ __forceinline__ void row_sum(const SpmmArgs<T, I> &a, int64_t s, int64_t e, const T *Bk, int64_t cv,
+                                        typename Acc<T>::type *acc)
 {
     typedef typename Acc<T>::type F;
-    int lane = threadIdx.x & 31, L = a.lanes, groups = 32 / L, g = lane / L;
-    bool mine = cv < a.packs;
-    for (int64_t base = s; base < e; base += 32) {
-        int64_t me = base + lane;
-        I j = -1;
-        F w = 0;
-        if (me < e) {
-            j = a.col[me];
-            int64_t at = a.perm ? (int64_t)a.perm[me] : me;
-            w = at >= 0 && at < a.nnz ? to_acc(a.val[at]) : F(0);
-        }
-        int cnt = (int)(e - base < 32 ? e - base : 32);
-        for (int t0 = 0; t0 < cnt; t0 += groups * UNROLL) {
+    const int L = a.lanes, l = (int)(threadIdx.x % L);
+    const unsigned mask = L == 32 ? TSGU_FULL : ((1u << L) - 1) << ((threadIdx.x & 31) / L * L);
+    const bool mine = cv < a.packs;
+    const T *Bc = Bk + cv * V;
+#pragma unroll
+    for (int v = 0; v < V; v++) acc[v] = 0;
+    /* the columns and values of L entries at a time, one per lane, the next
+     * batch's loads issued before this batch's rows of B are read */
+    I j = s + l < e ? a.col[s + l] : (I)-1;
+    F w = s + l < e ? value_at(a, s + l) : F(0);
+    for (int64_t base = s; base < e; base += L) {
+        int64_t next = base + L;
+        I jn = next + l < e ? a.col[next + l] : (I)-1;
+        F wn = next + l < e ? value_at(a, next + l) : F(0);
+        int cnt = (int)(e - base < L ? e - base : L);
+        for (int t = 0; t < cnt; t += UNROLL) {
             F x[UNROLL][V], wu[UNROLL];
 #pragma unroll
             for (int u = 0; u < UNROLL; u++) {
-                int t = t0 + u * groups + g;
-                I ju = __shfl_sync(TSGU_FULL, j, t & 31);
-                wu[u] = __shfl_sync(TSGU_FULL, w, t & 31);
-                bool ok = mine && t < cnt && ju >= 0 && (int64_t)ju < a.m;
-                if (ok) {
-                    load_pack<T, V>(Bk + (int64_t)ju * a.brs + cv * V, x[u]);
+                int src = (t + u) & (L - 1);
+                int64_t ju = (int64_t)__shfl_sync(mask, j, src, L);
+                wu[u] = __shfl_sync(mask, w, src, L);
+                if (mine && t + u < cnt && ju >= 0 && ju < a.m) {
+                    load_pack<T, V>(Bc + ju * a.brs, x[u]);
                 } else {
                     wu[u] = 0;
 #pragma unroll
@@ -72,51 +82,43 @@ __device__ __forceinline__ void gather_sum(const SpmmArgs<T, I> &a, int64_t s, i
 #pragma unroll
                 for (int v = 0; v < V; v++) acc[v] += wu[u] * x[u][v];
         }
+        j = jn;
+        w = wn;
     }
 }
 
-/* add the groups' sums: afterwards every lane of group 0 holds its pack's total */
-template <typename F, int V> __device__ __forceinline__ void add_groups(F *acc, int L)
+/* this lane's (work item, pack of columns), or false past the last item */
+__device__ __forceinline__ bool group_item(int64_t items, int64_t chunks, int lanes, int64_t *item, int64_t *cv)
 {
-    for (int off = L; off < 32; off <<= 1)
-#pragma unroll
-        for (int v = 0; v < V; v++) acc[v] += __shfl_xor_sync(TSGU_FULL, acc[v], off);
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, g = t / lanes;
+    *item = g / chunks;
+    *cv = (g % chunks) * lanes + t % lanes;
+    return *item < items;
 }
 
 template <typename T, typename I, int V> __global__ void spmm_rows(SpmmArgs<T, I> a)
 {
     typedef typename Acc<T>::type F;
-    int64_t w = (int64_t)blockIdx.x * TSGU_WARPS + threadIdx.x / 32;
-    if (w >= a.R * a.chunks) return;
-    int64_t r = w / a.chunks, s, e;
+    int64_t r, cv, s, e;
+    if (!group_item(a.R, a.chunks, a.lanes, &r, &cv)) return; /* the whole group: one item */
     row_range(a.ptr, r, a.nnz, &s, &e);
     if (e - s > a.long_row) return; /* the plan's pieces sum it */
-    int lane = threadIdx.x & 31;
-    int64_t k = r / a.n, i = r - k * a.n, cv = (w % a.chunks) * a.lanes + lane % a.lanes;
+    int64_t k = r / a.n, i = r - k * a.n;
     F acc[V];
-#pragma unroll
-    for (int v = 0; v < V; v++) acc[v] = 0;
-    gather_sum<T, I, V>(a, s, e, a.B + k * a.bbs, cv, acc);
-    add_groups<F, V>(acc, a.lanes);
-    if (lane < a.lanes && cv < a.packs) store_pack<T, V>(a.C + k * a.cbs + i * a.crs + cv * V, acc);
+    row_sum<T, I, V>(a, s, e, a.B + k * a.bbs, cv, acc);
+    if (cv < a.packs) store_pack<T, V>(a.C + k * a.cbs + i * a.crs + cv * V, acc);
 }
 
 template <typename T, typename I, int V> __global__ void spmm_pieces(SpmmArgs<T, I> a)
 {
     typedef typename Acc<T>::type F;
-    int64_t w = (int64_t)blockIdx.x * TSGU_WARPS + threadIdx.x / 32;
-    if (w >= a.npieces * a.chunks) return;
-    int64_t q = w / a.chunks, r, s, e;
-    if (!piece_range(a.ptr, a.R, a.nnz, a.long_row, a.nlong, a.long_rows, a.piece_off, a.piece_long, q, &r, &s, &e))
+    int64_t q, cv, r, s, e;
+    if (!group_item(a.npieces, a.chunks, a.lanes, &q, &cv) ||
+        !piece_range(a.ptr, a.R, a.nnz, a.long_row, a.nlong, a.long_rows, a.piece_off, a.piece_long, q, &r, &s, &e))
         return;
-    int lane = threadIdx.x & 31;
-    int64_t k = r / a.n, cv = (w % a.chunks) * a.lanes + lane % a.lanes;
     F acc[V];
-#pragma unroll
-    for (int v = 0; v < V; v++) acc[v] = 0;
-    gather_sum<T, I, V>(a, s, e, a.B + k * a.bbs, cv, acc);
-    add_groups<F, V>(acc, a.lanes);
-    if (lane < a.lanes && cv < a.packs)
+    row_sum<T, I, V>(a, s, e, a.B + (r / a.n) * a.bbs, cv, acc);
+    if (cv < a.packs)
 #pragma unroll
         for (int v = 0; v < V; v++) a.work[q * a.p + cv * V + v] = acc[v];
 }
@@ -135,14 +137,19 @@ template <typename T, typename I> __global__ void spmm_long_rows(SpmmArgs<T, I> 
     }
 }
 
-static unsigned warp_blocks(int64_t warps) { return (unsigned)((warps + TSGU_WARPS - 1) / TSGU_WARPS); }
+/* blocks of TSGU_WARPS warps for `items` work items of a group of `lanes` each */
+static unsigned group_blocks(int64_t items, int lanes)
+{
+    int64_t per_block = TSGU_WARPS * 32 / lanes;
+    return (unsigned)((items + per_block - 1) / per_block);
+}
 
 template <typename T, typename I, int V>
 static int launch(const SpmmArgs<T, I> &a, const tsgu_cuda_plan *plan, cudaStream_t stream)
 {
-    if (a.R * a.chunks > 0) spmm_rows<T, I, V><<<warp_blocks(a.R * a.chunks), TSGU_WARPS * 32, 0, stream>>>(a);
+    if (a.R * a.chunks > 0) spmm_rows<T, I, V><<<group_blocks(a.R * a.chunks, a.lanes), TSGU_WARPS * 32, 0, stream>>>(a);
     if (plan->npieces > 0) {
-        spmm_pieces<T, I, V><<<warp_blocks(plan->npieces * a.chunks), TSGU_WARPS * 32, 0, stream>>>(a);
+        spmm_pieces<T, I, V><<<group_blocks(plan->npieces * a.chunks, a.lanes), TSGU_WARPS * 32, 0, stream>>>(a);
         int64_t blocks = (plan->nlong * a.p + 255) / 256;
         spmm_long_rows<T, I><<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, stream>>>(a);
     }

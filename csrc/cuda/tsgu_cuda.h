@@ -12,8 +12,8 @@
  * still clamp every row range into [0, nnz] and skip every column out of
  * range, so a structure edited after its check is never read out of bounds.
  *
- * Long rows.  A row of more than `long_row` entries would keep one warp busy
- * while the rest of the device idles; the kernels skip such rows, and a plan
+ * Long rows.  A row of more than `long_row` entries would keep one group of
+ * lanes busy while the rest of the device idles; spmm skips such rows, and a plan
  * (computed once per structure) splits them into pieces of at most long_row
  * entries: piece q belongs to long row piece_long[q], whose global row is
  * long_rows[L] and whose pieces are piece_off[L] .. piece_off[L+1]-1 in
@@ -80,9 +80,10 @@ int tsgu_cuda_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, i
 int tsgu_cuda_spmm(const tsgu_csr *A, const void *perm, const tsgu_dense *B, tsgu_dense *C,
                    const tsgu_cuda_plan *plan, void *stream);
 
-/* out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) */
-int tsgu_cuda_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
-                    const tsgu_cuda_plan *plan, void *stream);
+/* out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j), with
+ * rows[e] = k*n + i (A's index type) */
+int tsgu_cuda_sddmm(const tsgu_csr *A, const void *rows, const tsgu_dense *G, const tsgu_dense *B, void *out,
+                    void *stream);
 
 #ifdef __cplusplus
 }
