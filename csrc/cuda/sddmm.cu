@@ -71,10 +71,8 @@ static int sddmm(const tsgu_csr *A, const void *rows, const tsgu_dense *G, const
     a.grs = G->rstride;
     a.bbs = B->bstride;
     a.brs = B->rstride;
-    int64_t p = G->cols;
-    int V = tsgu_pack_for(sizeof(T), G->data, p, a.grs, a.gbs);
-    if (tsgu_pack_for(sizeof(T), B->data, p, a.brs, a.bbs) != V) V = 1;
-    a.packs = p / V;
+    int V = tsgu_pack_for_both(sizeof(T), G, B, G->cols);
+    a.packs = G->cols / V;
     a.lanes = tsgu_lanes_for(a.packs);
     if (a.lanes > MAX_LANES) a.lanes = MAX_LANES;
     if (a.nnz == 0) return TSGU_OK;

@@ -184,8 +184,7 @@ static int spmm(const tsgu_csr *A, const void *perm, const tsgu_dense *B, tsgu_d
     a.piece_long = plan->piece_long;
     a.work = (typename Acc<T>::type *)plan->work;
     if (a.p == 0) return TSGU_OK;
-    int V = tsgu_pack_for(sizeof(T), B->data, a.p, a.brs, a.bbs);
-    if (tsgu_pack_for(sizeof(T), C->data, a.p, a.crs, a.cbs) != V) V = 1;
+    int V = tsgu_pack_for_both(sizeof(T), B, C, a.p);
     a.packs = a.p / V;
     a.lanes = tsgu_lanes_for(a.packs);
     a.chunks = (a.packs + a.lanes - 1) / a.lanes;

@@ -117,6 +117,13 @@ static inline int tsgu_pack_for(int64_t size, const void *data, int64_t p, int64
     return 1;
 }
 
+/* the pack width for rows of width p of both X and Y */
+static inline int tsgu_pack_for_both(int64_t size, const tsgu_dense *X, const tsgu_dense *Y, int64_t p)
+{
+    int V = tsgu_pack_for(size, X->data, p, X->rstride, X->bstride);
+    return tsgu_pack_for(size, Y->data, p, Y->rstride, Y->bstride) == V ? V : 1;
+}
+
 /* call F<T, I>(args) for the value type rt and index type it */
 #define TSGU_CUDA_DISPATCH(rt, it, F, ...)                                                   \
     ((it) == TSGU_I32 ? TSGU_CUDA_BY_REAL(rt, int32_t, F, __VA_ARGS__)                       \
