@@ -256,3 +256,23 @@ def test_no_densifying(path, layout):
         # edited ones) and autograd's copy of the CSR gradient it stores in A.grad
         kept = nnz * 4 + (nnz * 12 + (n + 1) * 8 if layout == "csr" else 0)
         assert again <= 1.2 * (necessary + kept), (again, necessary, kept)
+
+
+def test_compiled_sparse_csr_operand(path):
+    """torch.compile(fullgraph=True) of sparse_mm on a SparseCSR on the device, with
+    backward, gives the eager result."""
+    A, B, G, D = on_device(*make_case("csr", True, 30, 40, 17, 200, torch.float32, torch.int64))
+    crow, col = A.crow_indices(), A.col_indices()
+
+    def f(w, B):
+        return sparse_mm(SparseCSR(crow, col, w, tuple(A.shape)), B)
+
+    results = []
+    for fn in (f, torch.compile(f, fullgraph=True)):
+        w, Bl = A.values().clone().requires_grad_(), B.clone().requires_grad_()
+        C = fn(w, Bl)
+        C.backward(G)
+        results.append((C.detach(), w.grad, Bl.grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, **TOL[torch.float32])
+    torch.testing.assert_close(results[0][0], D @ B, **TOL[torch.float32])
