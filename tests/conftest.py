@@ -19,6 +19,11 @@ from typing import Callable, Dict, Optional, Tuple
 import pytest
 import torch
 
+# JAX (tests of the JAX bridge) on the CPU, beside the torch CPU tensors the tests
+# build, also where a GPU build of JAX is installed; and without taking the GPU's
+# memory ahead of the tests that use it
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 import torchsparsegradutils as tsgu
 
 # Set by .ci/sanitize when the C extension is an ASan+UBSan build: tests that

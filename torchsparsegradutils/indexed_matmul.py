@@ -135,7 +135,11 @@ def gather_mm(a: torch.Tensor, b: torch.Tensor, idx_b: torch.Tensor) -> torch.Te
 
 
 def _check_torch_version() -> None:
-    """The published release requires PyTorch >= 2.4 for these ops; keep its contract."""
+    """The published release requires PyTorch >= 2.4 for these ops; keep its contract
+    (read at each call, as its tests patch torch.__version__; not while compiling:
+    the Dynamo of PyTorch 2.11, for one, cannot trace the regular expression)."""
+    if torch.compiler.is_compiling():
+        return
     found = re.match(r"(\d+)\.(\d+)", torch.__version__)
     if found and (int(found.group(1)), int(found.group(2))) < (2, 4):
         raise NotImplementedError(f"PyTorch version is too old: {torch.__version__} (gather_mm and segment_mm "
