@@ -7,10 +7,10 @@ PyTorch's own ops (see _kernels.py).
 Each distinct structure (row pointers and columns, or COO indices) is checked
 once on the device, with one synchronisation, and remembered with what is
 derived from it: the pointers made global, the long-row plan, every entry's
-row (for the SDDMM), the transpose pattern for A^T @ G.  A structure is recognised by where its index tensors
-lie, their shapes and their version counters, and forgotten once their memory
-is freed: a training loop that reuses its adjacency never waits for the
-device.  An in-place edit that bypasses the version counter (an index tensor
+row (for the SDDMM), the transpose pattern for A^T @ G.  A structure is
+recognised by where its index tensors lie, their shapes and their version
+counters, and forgotten once their memory is freed: a training loop that
+reuses its adjacency never waits for the device.  An in-place edit that bypasses the version counter (an index tensor
 aliased by torch.sparse_coo_tensor has its own) is not seen; the kernels
 still clamp every pointer and skip every column out of range, so it can give
 a wrong result but never a read out of bounds.
@@ -24,7 +24,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import _C, _csr
 
-BUILT = bool(getattr(_C, "cuda", 0))
+BUILT = bool(_C.cuda)
 
 # Tests set this to False to run CUDA tensors through the torch-ops fallback.
 enabled = True
@@ -53,7 +53,7 @@ def _stream(t: torch.Tensor) -> int:
 
 
 # torch.cuda.current_stream(d).cuda_stream builds a Stream object per call; the
-# raw handle (what torch.compile's generated code uses) costs a tenth of that
+# raw handle is what torch.compile's generated code reads instead
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
                       lambda index: torch.cuda.current_stream(index).cuda_stream)
 
