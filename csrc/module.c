@@ -36,34 +36,59 @@ typedef struct DLManagedTensor {
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
 enum { kDLCPU = 1, kDLInt = 0, kDLFloat = 2, kDLBfloat = 4 };
+/* the C exchange table a tensor type may publish as its __dlpack_c_exchange_api__
+ * capsule (DLPack 1.2); only dltensor_from_py_object_no_sync is used here: it fills
+ * a DLTensor that borrows obj's sizes, strides and data (valid while obj lives and
+ * is not resized), with no capsule, allocation or Python call */
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} DLPackVersion;
+typedef void (*dlpack_unused_fn)(void);
+typedef struct DLPackExchangeAPIHeader {
+    DLPackVersion version;
+    struct DLPackExchangeAPIHeader *prev_api;
+} DLPackExchangeAPIHeader;
+typedef struct {
+    DLPackExchangeAPIHeader header;
+    dlpack_unused_fn managed_tensor_allocator;
+    dlpack_unused_fn managed_tensor_from_py_object_no_sync;
+    dlpack_unused_fn managed_tensor_to_py_object_no_sync;
+    int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out); /* 0, or -1 and an exception */
+    dlpack_unused_fn current_work_stream;
+} DLPackExchangeAPI;
 
 /* ---- the tensors of one call, held from intake to the single exit ---- */
 typedef struct {
     const char *name;     /* argument name, for messages */
-    PyObject *capsule;
-    DLManagedTensor *mt;
+    PyObject *capsule;    /* NULL when borrowed */
+    DLManagedTensor *mt;  /* the capsule's, or &borrowed */
+    DLManagedTensor borrowed; /* dl_tensor from the exchange table; no deleter */
 } held;
 
 #define MAX_HELD 8
 
 /* obj -> DLPack capsule: the registered exporter, or NULL for obj.__dlpack__() */
 static PyObject *exporter = NULL;
+/* instances of exchange_type are borrowed through exchange (see use_exchange_api) */
+static PyTypeObject *exchange_type = NULL;
+static const DLPackExchangeAPI *exchange = NULL;
 
 typedef struct {
     held t[MAX_HELD];
     int count;            /* how many of t[] to give back */
 } call;
 
-/* take obj's DLPack capsule into the next slot of c; on failure set an
- * exception and return -1 (what was taken is given back by finish) */
-static int take(call *c, PyObject *obj, const char *name)
+/* h->mt <- obj's DLTensor: borrowed through the exchange table when obj is a tensor
+ * of its type (obj, held by the caller's arguments for the whole call, keeps it
+ * valid), else from a DLPack capsule that h owns; -1 with an exception */
+static int intake(held *h, PyObject *obj)
 {
-    if (c->count == MAX_HELD) {
-        PyErr_SetString(PyExc_RuntimeError, "internal error: too many tensors in one call");
-        return -1;
+    if (exchange && PyObject_TypeCheck(obj, exchange_type)) {
+        if (exchange->dltensor_from_py_object_no_sync(obj, &h->borrowed.dl_tensor) != 0) return -1;
+        h->mt = &h->borrowed;
+        return 0;
     }
-    held *h = &c->t[c->count++];
-    h->name = name;
     h->capsule = exporter ? PyObject_CallFunctionObjArgs(exporter, obj, NULL)
                           : PyObject_CallMethod(obj, "__dlpack__", NULL);
     if (!h->capsule) return -1;
@@ -73,6 +98,20 @@ static int take(call *c, PyObject *obj, const char *name)
         h->mt = NULL;
         return -1;
     }
+    return 0;
+}
+
+/* take obj's DLTensor into the next slot of c; on failure set an
+ * exception and return -1 (what was taken is given back by finish) */
+static int take(call *c, PyObject *obj, const char *name)
+{
+    if (c->count == MAX_HELD) {
+        PyErr_SetString(PyExc_RuntimeError, "internal error: too many tensors in one call");
+        return -1;
+    }
+    held *h = &c->t[c->count++];
+    h->name = name;
+    if (intake(h, obj)) return -1;
     if (h->mt->dl_tensor.device.device_type != kDLCPU) {
         PyErr_Format(PyExc_ValueError, "%s must be a CPU tensor", name);
         return -1;
@@ -807,8 +846,43 @@ static PyObject *py_set_exporter(PyObject *self, PyObject *fn)
     Py_RETURN_NONE;
 }
 
+/* ---- use_exchange_api(tensor_type or None) -> bool ----
+ * borrow the DLTensor of every later instance of tensor_type through its
+ * __dlpack_c_exchange_api__ table (a DLPack 1.x table with the non-owning export),
+ * instead of exporting a capsule; True if it does.  None, or a type without such
+ * a table, goes back to capsules for every tensor. */
+static PyObject *py_use_exchange_api(PyObject *self, PyObject *type)
+{
+    (void)self;
+    const DLPackExchangeAPI *api = NULL;
+    if (type != Py_None) {
+        if (!PyType_Check(type)) {
+            PyErr_SetString(PyExc_TypeError, "use_exchange_api takes a type or None");
+            return NULL;
+        }
+        PyObject *cap = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
+        if (!cap) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+            PyErr_Clear();
+        } else {
+            api = PyCapsule_IsValid(cap, "dlpack_exchange_api") ? PyCapsule_GetPointer(cap, "dlpack_exchange_api")
+                                                                 : NULL;
+            Py_DECREF(cap); /* the table lives as long as the process (DLPack's rule) */
+            if (api && (api->header.version.major != 1 || !api->dltensor_from_py_object_no_sync)) api = NULL;
+        }
+    }
+    PyTypeObject *old = exchange_type;
+    exchange_type = api ? (PyTypeObject *)type : NULL;
+    Py_XINCREF(exchange_type);
+    exchange = api;
+    Py_XDECREF(old);
+    return PyBool_FromLong(api != NULL);
+}
+
 static PyMethodDef methods[] = {
     {"set_exporter", py_set_exporter, METH_O, "set_exporter(fn): fn(tensor) -> DLPack capsule"},
+    {"use_exchange_api", py_use_exchange_api, METH_O,
+     "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
     {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},

@@ -405,6 +405,33 @@ def test_private_kernels_check_their_arguments():
         _C.coo_row_ptr(torch.zeros(2, 2, dtype=torch.int64), (2,), None, 1)
 
 
+
+def test_tensor_intake_through_the_exchange_table_or_capsules():
+    """The C entry points borrow tensors through PyTorch's DLPack C exchange table where
+    it has one, else take DLPack capsules: both give the same results and errors."""
+    from torchsparsegradutils import _C
+    has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    A, B, G, D = make_case("coo", False, 6, 5, 3, 12, torch.float64, torch.int64)
+    expected = D @ B
+    try:
+        for use_table in (True, False):
+            assert _C.use_exchange_api(torch.Tensor if use_table else None) is (use_table and has_table)
+            torch.testing.assert_close(sparse_mm(A, B), expected)
+            torch.testing.assert_close(sparse_mm(A.to_sparse_csr(), B), expected)
+            with pytest.raises(ValueError, match="must have shape"):
+                _C.spmm(*(torch.tensor(x) for x in ([0, 1, 2], [0, 1], [1.0, 1.0])), 2, 2, 3,
+                        torch.ones(3, 2), torch.empty(2, 2), 1)
+            with pytest.raises((TypeError, RuntimeError, AttributeError)):   # not a tensor
+                _C.spmm([0, 1, 2], torch.tensor([0, 1]), torch.ones(2), 1, 2, 3, torch.ones(3, 2),
+                        torch.empty(2, 2), 1)
+        assert _C.use_exchange_api(int) is False            # a type without the table: capsules
+        torch.testing.assert_close(sparse_mm(A, B), expected)
+        with pytest.raises(TypeError, match="a type or None"):
+            _C.use_exchange_api(torch.ones(1))
+    finally:
+        _C.use_exchange_api(torch.Tensor)
+
+
 # ---------------------------------------------------------------- semantics and hygiene
 def test_values_of_nonleaf_are_copied_when_unguarded():
     """A's values made by an op (not a leaf): an edit cannot be detected, so grad_B
