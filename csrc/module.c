@@ -8,6 +8,7 @@
  * Outputs are allocated by the caller (torch.empty) and written in place. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdlib.h>
 #include <string.h>
 #include "tsgu.h"
 
@@ -365,6 +366,42 @@ static int64_t last_dim(const held *h)
     return dl(h)->ndim >= 2 ? dl(h)->shape[dl(h)->ndim - 1] : -1;
 }
 
+/* the sizes of a COO tensor, a tuple of 2 or 3 non-negative ints, into sizes[0..*sd);
+ * *R = batch * rows, the rows of its block diagonal; -1 with an exception */
+static int coo_sizes(PyObject *osizes, int64_t *sizes, int64_t *sd, int64_t *R)
+{
+    if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
+        PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
+        return -1;
+    }
+    *sd = PyTuple_Size(osizes);
+    for (int64_t d = 0; d < *sd; d++) {
+        sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
+        if (sizes[d] == -1 && PyErr_Occurred()) return -1;
+        if (sizes[d] < 0) {
+            PyErr_SetString(PyExc_ValueError, "sizes must be non-negative");
+            return -1;
+        }
+    }
+    return rows_overflow(*sd == 3 ? sizes[0] : 1, sizes[*sd - 2], R);
+}
+
+/* a COO index array: int64 of shape (sd, nnz), row d at data + d * *ld; *ld = -1 when
+ * its rows are not unit-stride (which the kernels need); -1 with an exception */
+static int coo_indices(const held *h, int64_t sd, int64_t *ld, int64_t *nnz)
+{
+    const DLTensor *I = dl(h);
+    if (index_type(h) != TSGU_I64 || I->ndim != 2 || I->shape[0] != sd) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)sd);
+        return -1;
+    }
+    *nnz = I->shape[1];
+    *ld = stride_of(I, 0);
+    if ((*nnz > 1 && stride_of(I, 1) != 1) || *ld < 0) *ld = -1;
+    return 0;
+}
+
 /* ---- spmm(ptr, col, val, batch, n, m, B, C, nthreads) ----
  * C[k] = A[k] @ B[k]; A is batch x n x m, B (batch, m, p), C (batch, n, p).
  * ---- spmm_t(ptr, col, val, batch, n, m, G, out, nthreads) ----
@@ -403,6 +440,73 @@ static PyObject *py_spmm_t(PyObject *self, PyObject *args)
 {
     (void)self;
     return spmm_either(args, 1);
+}
+
+/* ---- spmm_coo(indices, values, sizes, B, C, coalesced, rows_per_entry, nthreads) -> bool ----
+ * spmm of a COO A given by its indices ((2|3, nnz) int64) and values (nnz,), in one
+ * call: its row pointers are built in a workspace, every index checked on the way
+ * (coo_row_ptr.c), then spmm runs on them.  With coalesced (A's flag) the entries must
+ * be sorted by row; without, they are probed.  False, with C unwritten, where this
+ * does not apply and the caller takes A's view instead: entries not sorted and
+ * unique (A not flagged coalesced), index rows not unit-stride, or A hypersparse
+ * (more than rows_per_entry * (nnz + 1) rows in its block diagonal). */
+static PyObject *py_spmm_coo(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[4], *osizes;
+    int64_t sizes[3], sd, R, ld, nnz;
+    long long rows_per_entry;
+    int coalesced, nthreads, status = TSGU_OK, sorted = 0, rt;
+    call c = {0};
+    tsgu_csr A;
+    tsgu_dense X, Y;
+    if (!PyArg_ParseTuple(args, "OOOOOpLi", &o[0], &o[1], &osizes, &o[2], &o[3], &coalesced, &rows_per_entry,
+                          &nthreads) ||
+        coo_sizes(osizes, sizes, &sd, &R))
+        return NULL;
+    const char *names[4] = {"indices", "values", "B", "out"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 4) || coo_indices(&h[0], sd, &ld, &nnz) || (rt = real_type(&h[1], 1)) < 0 ||
+        need_contiguous(&h[1]))
+        return finish(&c, -1);
+    if (numel(dl(&h[1])) != nnz) {
+        PyErr_Format(PyExc_ValueError, "values must have one value per entry (%lld), got %lld", (long long)nnz,
+                     (long long)numel(dl(&h[1])));
+        return finish(&c, -1);
+    }
+    memset(&A, 0, sizeof A);
+    A.batch = sd == 3 ? sizes[0] : 1;
+    A.nrows = sizes[sd - 2];
+    A.ncols = sizes[sd - 1];
+    A.nnz = nnz;
+    A.ptr_stride = A.nrows;                               /* global layout: R + 1 pointers */
+    A.itype = TSGU_I64;
+    A.rtype = rt;
+    A.val = data_of(&h[1]);
+    if (make_dense(&h[2], A.batch, A.ncols, last_dim(&h[3]), rt, &X) ||
+        make_dense(&h[3], A.batch, A.nrows, last_dim(&h[3]), rt, &Y) || need_contiguous(&h[3]))
+        return finish(&c, -1);
+    if (rows_per_entry < 1) {
+        PyErr_SetString(PyExc_ValueError, "rows_per_entry must be positive");
+        return finish(&c, -1);
+    }
+    if (ld >= 0 && (R - 1) / rows_per_entry < nnz + 1) {    /* R <= rows_per_entry * (nnz + 1) */
+        const int64_t *idx = data_of(&h[0]);
+        int64_t *ptr = malloc((size_t)(R + 1) * sizeof *ptr);
+        if (!ptr) return finish(&c, TSGU_ENOMEM);
+        A.ptr = ptr;
+        A.col = idx + (sd - 1) * ld;
+        Py_BEGIN_ALLOW_THREADS
+        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, coalesced ? NULL : &sorted);
+        if (coalesced) sorted = 1;
+        if (status == TSGU_OK && sorted) status = tsgu_spmm(&A, &X, &Y, nthreads);
+        Py_END_ALLOW_THREADS
+        free(ptr);
+    }
+    PyObject *done = finish(&c, status);
+    if (!done) return NULL;
+    Py_DECREF(done);
+    return PyBool_FromLong(sorted);
 }
 
 /* ---- sddmm(ptr, col, batch, n, m, G, B, out, nthreads) ----
@@ -487,29 +591,10 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "a probe needs row_ptr");
         return NULL;
     }
-    if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
-        PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
-        return NULL;
-    }
-    int64_t sd = PyTuple_Size(osizes), R = 1;
-    for (int64_t d = 0; d < sd; d++) {
-        sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
-        if (sizes[d] == -1 && PyErr_Occurred()) return NULL;
-        if (sizes[d] < 0) {
-            PyErr_SetString(PyExc_ValueError, "sizes must be non-negative");
-            return NULL;
-        }
-    }
-    if (rows_overflow(sd == 3 ? sizes[0] : 1, sizes[sd - 2], &R)) return NULL;
-    if (take(&c, oi, "indices")) return finish(&c, -1);
-    const DLTensor *I = dl(&c.t[0]);
-    if (index_type(&c.t[0]) != TSGU_I64 || I->ndim != 2 || I->shape[0] != sd) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)sd);
-        return finish(&c, -1);
-    }
-    int64_t nnz = I->shape[1], ld = stride_of(I, 0);
-    if ((nnz > 1 && stride_of(I, 1) != 1) || ld < 0) {
+    int64_t sd, R, nnz, ld;
+    if (coo_sizes(osizes, sizes, &sd, &R)) return NULL;
+    if (take(&c, oi, "indices") || coo_indices(&c.t[0], sd, &ld, &nnz)) return finish(&c, -1);
+    if (ld < 0) {
         PyErr_SetString(PyExc_ValueError, "indices must have unit-stride rows");
         return finish(&c, -1);
     }
@@ -885,6 +970,8 @@ static PyMethodDef methods[] = {
      "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
     {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
+    {"spmm_coo", py_spmm_coo, METH_VARARGS,
+     "spmm_coo(indices, values, sizes, B, out, coalesced, rows_per_entry, nthreads) -> done"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},

@@ -5,10 +5,12 @@ CPU tensors go to torchsparsegradutils._C.  Other devices (CUDA) go through
 PyTorch's own ops with the same meaning and, like the kernels, never build a
 dense n x m matrix: until CUDA kernels of our own exist, this is their path.
 """
+from typing import Optional
+
 import torch
 
 from . import _C
-from ._csr import CSRView, entry_rows, plain
+from ._csr import _HYPERSPARSE_ROWS_PER_ENTRY, CSRView, entry_rows, plain
 
 # Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
 # temporaries to about this many elements times p, instead of nnz times p.
@@ -35,6 +37,12 @@ def _dense_for_c(X: torch.Tensor) -> torch.Tensor:
     if X.is_contiguous():        # the common case, in one call (size(-1) and stride(-1) cost 0.2 us each)
         return X
     return X if X.size(-1) <= 1 or X.stride(-1) == 1 else X.contiguous()
+
+
+def kernel_array(t: torch.Tensor) -> torch.Tensor:
+    """An index or values array as the kernels read it (and a CSRView holds it): plain
+    and contiguous, copied only if needed."""
+    return plain(t).contiguous()
 
 
 def _item_rows(X: torch.Tensor) -> torch.Tensor:
@@ -67,11 +75,29 @@ def spmm_c(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, batch: in
            B: torch.Tensor) -> torch.Tensor:
     """spmm of CPU arrays laid out as a CSRView's (ptr and col contiguous): the C
     kernel, called from here with nothing else on the way (it runs on every call)."""
-    p = B.shape[-1]
-    # sizes unpacked: a tuple argument costs torch.empty 0.4 us more
-    C = torch.empty(batch, n, p, dtype=B.dtype) if B.dim() == 3 else torch.empty(n, p, dtype=B.dtype)
+    C = _spmm_out(batch, n, B)
     _C.spmm(ptr, col, plain(values), batch, n, m, _dense_for_c(B), C, torch.get_num_threads())
     return C
+
+
+def spmm_coo_c(indices: torch.Tensor, values: torch.Tensor, shape, coalesced: bool,
+               B: torch.Tensor) -> Optional[torch.Tensor]:
+    """spmm of a CPU COO A from its own index and values arrays (A._indices(),
+    A._values()) and its coalesced flag: its row pointers are built in C on the way, in
+    the same call.  None where that does not apply (entries not sorted and unique, or
+    A hypersparse; see spmm_coo in csrc/module.c): then take A's view (_csr.as_csr)."""
+    C = _spmm_out(shape[0] if len(shape) == 3 else 1, shape[-2], B)
+    if _C.spmm_coo(plain(indices), kernel_array(values), shape, _dense_for_c(B), C, coalesced,
+                   _HYPERSPARSE_ROWS_PER_ENTRY, torch.get_num_threads()):
+        return C
+    return None
+
+
+def _spmm_out(batch: int, n: int, B: torch.Tensor) -> torch.Tensor:
+    """The output of spmm, (batch, n, p) or (n, p) as B is 3D or 2D."""
+    p = B.shape[-1]
+    # sizes unpacked: a tuple argument costs torch.empty 0.4 us more
+    return torch.empty(batch, n, p, dtype=B.dtype) if B.dim() == 3 else torch.empty(n, p, dtype=B.dtype)
 
 
 def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:

@@ -36,20 +36,15 @@ import torch
 from torch import Tensor
 
 from . import _kernels, _solve_kernels
-from ._csr import CSRView, plain
-
-
-def kernel_array(t: Tensor) -> Tensor:
-    """An array of a pattern or its values as a CSRView holds it: plain and contiguous
-    (an op may be handed any strides; a no-op for a view's own arrays)."""
-    return plain(t).contiguous()
+from ._csr import CSRView
 
 
 def view_of(ptr: Tensor, col: Tensor, values: Optional[Tensor], rows: Optional[Tensor], shape) -> CSRView:
-    """The CSRView of a pattern given as an op's arguments (inverse of op_args), its
-    arrays made kernel_array's."""
-    ptr, col = kernel_array(ptr), kernel_array(col)
-    values = None if values is None else kernel_array(values)
+    """The CSRView of a pattern given as an op's arguments (inverse of op_args); an op
+    may be handed any strides, so the arrays go through _kernels.kernel_array."""
+    ka = _kernels.kernel_array
+    ptr, col = ka(ptr), ka(col)
+    values = None if values is None else ka(values)
     shape = torch.Size(shape)
     if rows is not None:                       # one matrix of A's non-empty rows
         batch, nrows, ncols = 1, rows.shape[0], (shape[0] if len(shape) == 3 else 1) * shape[-1]

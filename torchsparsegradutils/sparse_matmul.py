@@ -72,9 +72,13 @@ def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     shape = _check(A, B)
     if records_graph(A, B):
         return SparseMatMul.apply(A, B)
-    # what the Function's forward does; for a CPU CSR A without building its view
-    if A.layout is torch.sparse_csr and _kernels._use_c(A, B):
-        return _spmm_c(A.crow_indices(), A.col_indices(), A.values(), shape, B)
+    # what the Function's forward does; on CPU on A's own arrays, without building its view
+    if _kernels._use_c(A, B):
+        if A.layout is torch.sparse_csr:
+            return _spmm_c(A.crow_indices(), A.col_indices(), A.values(), shape, B)
+        C = _kernels.spmm_coo_c(A._indices(), A._values(), shape, A.is_coalesced(), B)
+        if C is not None:
+            return C
     return _kernels.spmm(as_csr(A, compress_rows=True), B)
 
 
@@ -89,7 +93,7 @@ def _check(A, B):
 def _spmm_c(ptr, col, values, shape, B: torch.Tensor) -> torch.Tensor:
     """A @ B on CPU for the CSR arrays of an A of shape `shape`, taken as they are
     (any strides; the kernel checks their structure)."""
-    ka = _ops.kernel_array
+    ka = _kernels.kernel_array
     return _kernels.spmm_c(ka(ptr), ka(col), ka(values), shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
 
 
