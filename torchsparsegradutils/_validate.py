@@ -6,6 +6,8 @@ is that message exactly (users and its tests compare it); what we know beyond it
 (the sizes, layouts or dtypes found) is attached as an exception note, which
 tracebacks print.
 """
+import functools
+
 import torch
 import torch.autograd.forward_ad as forward_ad
 
@@ -34,10 +36,26 @@ def error(cls, message: str, detail: str = "") -> Exception:
 def eager_only(fn):
     """fn, run eagerly under torch.compile: Dynamo cannot trace torch sparse tensors
     (pytorch#169119), so it breaks the graph at the call, and traces nothing inside
-    it, instead of failing there.  (Calling fn directly outside compilation would
-    save about a microsecond, but after a graph break Dynamo then compiles fn's
-    inner frames one by one, and fails in some.)"""
-    return torch.compiler.disable(fn)
+    it, instead of failing there.  (After a graph break Dynamo would otherwise compile
+    fn's inner frames one by one, and fail in some.)  Outside any compiled region
+    (no frame-evaluation callback installed, and not tracing) fn is called directly:
+    the disabling wrapper costs 0.4 us a call."""
+    disabled = torch.compiler.disable(fn)
+    if _eval_frame_callback is None:
+        return disabled
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not torch.compiler.is_compiling() and _eval_frame_callback() is None:
+            return fn(*args, **kwargs)
+        return disabled(*args, **kwargs)
+
+    return run
+
+
+# Dynamo's frame-evaluation callback (None in plain eager code); not in every build
+_eval_frame_callback = getattr(getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None),
+                               "get_eval_frame_callback", None)
 
 
 def records_graph(*tensors) -> bool:
