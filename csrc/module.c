@@ -1,10 +1,13 @@
 /* module.c: torchsparsegradutils._C, the only C file that knows about Python.
  *
- * Tensors arrive through DLPack (tensor.__dlpack__()), zero-copy, so the module
- * never links libtorch and one build serves any PyTorch 2.x.  Each function:
- * takes its tensors, re-checks device, dtype, shape and strides, builds the
- * kernel views, releases the GIL around the kernel, maps its status to an
- * exception, and gives every tensor back on one cleanup path.
+ * Tensors arrive through DLPack, zero-copy, so the module never links libtorch
+ * and one build serves any PyTorch 2.x: borrowed through the tensor type's DLPack
+ * C exchange table where PyTorch publishes one (recent releases; no capsule, no
+ * allocation), else as DLPack capsules from a registered exporter or
+ * tensor.__dlpack__().
+ * Each function: takes its tensors, re-checks device, dtype, shape and strides,
+ * builds the kernel views, releases the GIL around the kernel, maps its status
+ * to an exception, and gives every tensor back on one cleanup path.
  * Outputs are allocated by the caller (torch.empty) and written in place. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
