@@ -41,7 +41,7 @@ typedef struct DLManagedTensor {
 } DLManagedTensor;
 enum { kDLCPU = 1, kDLInt = 0, kDLFloat = 2, kDLBfloat = 4 };
 /* the C exchange table a tensor type may publish as its __dlpack_c_exchange_api__
- * capsule (DLPack 1.2); only dltensor_from_py_object_no_sync is used here: it fills
+ * capsule (DLPack 1.3); only dltensor_from_py_object_no_sync is used here: it fills
  * a DLTensor that borrows obj's sizes, strides and data (valid while obj lives and
  * is not resized), with no capsule, allocation or Python call */
 typedef struct {
@@ -936,7 +936,7 @@ static PyObject *py_set_exporter(PyObject *self, PyObject *fn)
 
 /* ---- use_exchange_api(tensor_type or None) -> bool ----
  * borrow the DLTensor of every later instance of tensor_type through its
- * __dlpack_c_exchange_api__ table (a DLPack 1.x table with the non-owning export),
+ * __dlpack_c_exchange_api__ table (DLPack 1.3 or a later 1.x, with the non-owning export),
  * instead of exporting a capsule; True if it does.  None, or a type without such
  * a table, goes back to capsules for every tensor. */
 static PyObject *py_use_exchange_api(PyObject *self, PyObject *type)
@@ -956,7 +956,9 @@ static PyObject *py_use_exchange_api(PyObject *self, PyObject *type)
             api = PyCapsule_IsValid(cap, "dlpack_exchange_api") ? PyCapsule_GetPointer(cap, "dlpack_exchange_api")
                                                                  : NULL;
             Py_DECREF(cap); /* the table lives as long as the process (DLPack's rule) */
-            if (api && (api->header.version.major != 1 || !api->dltensor_from_py_object_no_sync)) api = NULL;
+            if (api && (api->header.version.major != 1 || api->header.version.minor < 3 ||
+                        !api->dltensor_from_py_object_no_sync))
+                api = NULL;      /* the table's layout is DLPack 1.3's */
         }
     }
     PyTypeObject *old = exchange_type;
