@@ -160,7 +160,8 @@ def write_report(doc, path_md):
     lines = [f"# per_call ({doc['mode']})", "",
              f"{doc['machine']['cpu']}, {doc['machine']['threads']} threads, torch {doc['machine']['torch']}; "
              f"{doc['date']}.  Microseconds per call, medians of interleaved loops; with a baseline, medians "
-             f"over {doc['rounds']} alternating rounds of worker processes.", ""]
+             f"over {doc['rounds']} alternating rounds of worker processes.  Commits: " +
+             ", ".join(f"{k} {v}" for k, v in doc.get("commits", {}).items()) + ".", ""]
     lines += ["## (a) sparse_mm", ""]
     lines += _table(doc, "mm", MM_METHODS, [("best ours / best torch", _vs_torch("ours"))])
     lines += ["", "### each of our operands against the faster of PyTorch's two layouts", ""]
@@ -175,6 +176,21 @@ def write_report(doc, path_md):
     with open(path_md, "w") as f:
         f.write("\n".join(lines))
     return "\n".join(lines)
+
+
+def _commits(baseline):
+    """{impl: the git commit it was measured at (with "+" when its tree had changes)}."""
+    out = {}
+    for name, root in ({"before": baseline, "after": ROOT} if baseline else {"after": ROOT}).items():
+        try:
+            sha = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+            dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+            out[name] = sha + ("+" if dirty else "")
+        except (OSError, subprocess.CalledProcessError):
+            out[name] = "unknown"
+    return out
 
 
 def main(argv=None) -> int:
@@ -205,8 +221,8 @@ def main(argv=None) -> int:
     print(f"per_call ({mode}): {cpu}, {args.threads} threads, torch {torch.__version__}", flush=True)
     results = measure(mode, args.threads, rounds, args.baseline)
     doc = {"mode": mode, "machine": machine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "rounds": rounds, "baseline": args.baseline, "config": CASES[mode], "results": results,
-           "seconds": round(time.time() - t0, 1)}
+           "rounds": rounds, "baseline": args.baseline, "commits": _commits(args.baseline), "config": CASES[mode],
+           "results": results, "seconds": round(time.time() - t0, 1)}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"per_call_{mode}")
     with open(stem + ".json", "w") as f:
