@@ -46,13 +46,14 @@ def eager_only(fn):
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        if not torch.compiler.is_compiling() and _eval_frame_callback() is None:
+        if not _is_compiling() and _eval_frame_callback() is None:
             return fn(*args, **kwargs)
         return disabled(*args, **kwargs)
 
     return run
 
 
+_is_compiling = torch.compiler.is_compiling
 # Dynamo's frame-evaluation callback (None in plain eager code); not in every build
 _eval_frame_callback = getattr(getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None),
                                "get_eval_frame_callback", None)
@@ -72,10 +73,13 @@ def records_graph(*tensors) -> bool:
     return False
 
 
+_functorch_stack = torch._C._functorch.peek_interpreter_stack
+
+
 def check_no_functorch(name: str) -> None:
     """torch.func transforms (grad, vjp, jvp, vmap) cannot carry sparse tensors: say so
     instead of failing inside PyTorch with a message about strides."""
-    if torch._C._functorch.peek_interpreter_stack() is not None:
+    if _functorch_stack() is not None:
         raise RuntimeError(
             f"{name} does not support torch.func transforms (grad, vjp, jvp, vmap): PyTorch's sparse "
             "tensors cannot pass through them. Use torch.autograd.grad or .backward() instead")
