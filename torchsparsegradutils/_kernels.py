@@ -63,11 +63,12 @@ def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
     """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
     if A.rows is not None:
         return _on_kept_rows(A, spmm(A._replace(rows=None), _item_rows(B)))
+    p = B.shape[-1]
+    out_shape = (A.batch, A.nrows, p) if B.dim() == 3 else (A.nrows, p)
     if not _use_c(A.values, B):
-        p = B.shape[-1]
         A2, _, _ = _global_csr(A)
         C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
-        return C.reshape((A.batch, A.nrows, p) if B.dim() == 3 else (A.nrows, p))
+        return C.reshape(out_shape)
     return spmm_c(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, B)
 
 
