@@ -172,7 +172,11 @@ def write_report(doc, path_md):
     lines += _table(doc, "trisolve", TRI_METHODS,
                     [(f"{m} / torch", lambda row, m=m: TL._ratio(row[m], row["torch CSR"]))
                      for m in TRI_METHODS if m.startswith("ours")])
-    lines += ["", "torch: `torch.triangular_solve(B, A_csr, upper=False)`.", ""]
+    lines += ["", "torch: `torch.triangular_solve(B, A_csr, upper=False)`.", "",
+              "PyTorch's CSR kernels (`torch.sparse.mm`, `torch.triangular_solve`) open parallel regions "
+              "even on tiny inputs, so with more than one thread their times swing with the machine's load "
+              "and the threads' wake-ups (run with `--threads 1` to see them without); ours run tiny inputs "
+              "on one thread, and PyTorch's COO product is single-threaded at these sizes.", ""]
     with open(path_md, "w") as f:
         f.write("\n".join(lines))
     return "\n".join(lines)

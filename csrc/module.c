@@ -445,26 +445,26 @@ static PyObject *py_spmm_t(PyObject *self, PyObject *args)
     return spmm_either(args, 1);
 }
 
-/* ---- spmm_coo(indices, values, sizes, B, C, coalesced, rows_per_entry, nthreads) -> bool ----
+/* ---- spmm_coo(indices, values, sizes, B, C, rows_per_entry, nthreads) -> bool ----
  * spmm of a COO A given by its indices ((2|3, nnz) int64) and values (nnz,), in one
  * call: its row pointers are built in a workspace, every index checked on the way
- * (coo_row_ptr.c), then spmm runs on them.  With coalesced (A's flag) the entries must
- * be sorted by row; without, they are probed.  False, with C unwritten, where this
- * does not apply and the caller takes A's view instead: entries not sorted and
- * unique (A not flagged coalesced), index rows not unit-stride, or A hypersparse
- * (more than rows_per_entry * (nnz + 1) rows in its block diagonal). */
+ * (coo_row_ptr.c), then spmm runs on them.  False, with C unwritten, where this does
+ * not apply and the caller takes A's view instead: entries not strictly increasing in
+ * (row, col) (not sorted and unique, whatever A's coalesced flag says: the view
+ * coalesces them, or raises the error of a tensor flagged coalesced that is not),
+ * index rows not unit-stride, or A hypersparse (more than rows_per_entry * (nnz + 1)
+ * rows in its block diagonal). */
 static PyObject *py_spmm_coo(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *o[4], *osizes;
     int64_t sizes[3], sd, R, ld, nnz;
     long long rows_per_entry;
-    int coalesced, nthreads, status = TSGU_OK, sorted = 0, rt;
+    int nthreads, status = TSGU_OK, sorted = 0, rt;
     call c = {0};
     tsgu_csr A;
     tsgu_dense X, Y;
-    if (!PyArg_ParseTuple(args, "OOOOOpLi", &o[0], &o[1], &osizes, &o[2], &o[3], &coalesced, &rows_per_entry,
-                          &nthreads) ||
+    if (!PyArg_ParseTuple(args, "OOOOOLi", &o[0], &o[1], &osizes, &o[2], &o[3], &rows_per_entry, &nthreads) ||
         coo_sizes(osizes, sizes, &sd, &R))
         return NULL;
     const char *names[4] = {"indices", "values", "B", "out"};
@@ -500,8 +500,7 @@ static PyObject *py_spmm_coo(PyObject *self, PyObject *args)
         A.ptr = ptr;
         A.col = idx + (sd - 1) * ld;
         Py_BEGIN_ALLOW_THREADS
-        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, coalesced ? NULL : &sorted);
-        if (coalesced) sorted = 1;
+        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, &sorted);
         if (status == TSGU_OK && sorted) status = tsgu_spmm(&A, &X, &Y, nthreads);
         Py_END_ALLOW_THREADS
         free(ptr);
@@ -976,7 +975,7 @@ static PyMethodDef methods[] = {
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
     {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
     {"spmm_coo", py_spmm_coo, METH_VARARGS,
-     "spmm_coo(indices, values, sizes, B, out, coalesced, rows_per_entry, nthreads) -> done"},
+     "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},

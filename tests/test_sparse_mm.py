@@ -414,22 +414,21 @@ def test_spmm_coo_entry_point():
     A = D.to_sparse().coalesce()
     idx, val, B = A.indices(), A.values(), torch.randn(3, 2)
 
-    def run(idx, val, sizes=(3, 3), coalesced=True, rows_per_entry=8, out=None):
+    def run(idx, val, sizes=(3, 3), rows_per_entry=8, out=None):
         out = torch.full((sizes[0], 2), 7.0) if out is None else out
-        return _C.spmm_coo(idx, val, sizes, B, out, coalesced, rows_per_entry, 1), out
+        return _C.spmm_coo(idx, val, sizes, B, out, rows_per_entry, 1), out
 
-    for coalesced in (True, False):
-        done, C = run(idx, val, coalesced=coalesced)
-        assert done is True
-        torch.testing.assert_close(C, D @ B)
-    swapped = idx[:, [2, 3, 0, 1]]                                # rows out of order
-    for args, kwargs in [((swapped, val), dict(coalesced=False)),  # the caller coalesces
-                         ((idx.t().contiguous().t(), val), {}),    # index rows not unit-stride
+    done, C = run(idx, val)
+    assert done is True
+    torch.testing.assert_close(C, D @ B)
+    for args, kwargs in [((idx[:, [2, 3, 0, 1]], val), {}),          # rows out of order
+                         ((idx[:, [1, 0, 2, 3]], val), {}),          # columns out of order in a row
+                         ((idx[:, [0, 0, 1, 2, 3]], val.repeat(2)[:5]), {}),   # a repeated entry
+                         ((idx.t().contiguous().t(), val), {}),      # index rows not unit-stride
                          ((idx, val), dict(rows_per_entry=1, sizes=(30, 3)))]:   # hypersparse
         done, C = run(*args, **kwargs)
         assert done is False and bool((C == 7.0).all())
     for args, kwargs, exc, match in [
-            ((swapped, val), {}, ValueError, "not sorted by row"),
             ((idx.clamp(max=3) + (idx == 2), val), {}, ValueError, "negative or not less"),
             ((idx, val[:3]), {}, ValueError, "one value per entry"),
             ((idx.int(), val), {}, ValueError, "int64 of shape"),
@@ -441,6 +440,19 @@ def test_spmm_coo_entry_point():
             ((idx, val[::1].repeat(2)[::2]), {}, ValueError, "contiguous")]:
         with pytest.raises(exc, match=match):
             run(*args, **kwargs)
+
+
+def test_malformed_coo_flagged_coalesced_no_grad():
+    """A COO tensor flagged coalesced whose entries are not in order, multiplied
+    without grad: the same errors as with grad (the view's checks)."""
+    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 4.0]])
+    A = D.to_sparse().coalesce()
+    idx, val, B = A.indices(), A.values(), torch.randn(3, 2)
+    for perm, match in (([2, 3, 0, 1], "not sorted by row"), ([1, 0, 2, 3], "sorted and unique within each row")):
+        bad = torch.sparse_coo_tensor(idx[:, perm], val[perm], (3, 3), is_coalesced=True)
+        for Bx in (B, B.clone().requires_grad_()):
+            with pytest.raises(ValueError, match=match):
+                sparse_mm(bad, Bx)
 
 
 @pytest.mark.parametrize("use_table", [True, False])

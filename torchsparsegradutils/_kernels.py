@@ -82,15 +82,14 @@ def spmm_c(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, batch: in
     return C
 
 
-def spmm_coo_c(indices: torch.Tensor, values: torch.Tensor, shape, coalesced: bool,
-               B: torch.Tensor) -> Optional[torch.Tensor]:
+def spmm_coo_c(indices: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor) -> Optional[torch.Tensor]:
     """spmm of a CPU COO A from its own index and values arrays (A._indices(),
-    A._values()) and its coalesced flag: its row pointers are built in C on the way, in
-    the same call.  None where that does not apply (entries not sorted and unique, or
-    A hypersparse; see spmm_coo in csrc/module.c): then take A's view (_csr.as_csr)."""
+    A._values()): its row pointers are built in C on the way, in the same call.  None
+    where that does not apply (entries not sorted and unique, or A hypersparse; see
+    spmm_coo in csrc/module.c): then take A's view (_csr.as_csr)."""
     B = _dense_for_c(B)
     C = _spmm_out(shape[0] if len(shape) == 3 else 1, shape[-2], B)
-    if _C.spmm_coo(plain(indices), kernel_array(values), shape, B, C, coalesced, _HYPERSPARSE_ROWS_PER_ENTRY,
+    if _C.spmm_coo(plain(indices), kernel_array(values), shape, B, C, _HYPERSPARSE_ROWS_PER_ENTRY,
                    torch.get_num_threads()):
         return C
     return None

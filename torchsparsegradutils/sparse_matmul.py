@@ -76,7 +76,7 @@ def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     if _kernels._use_c(A, B):
         if A.layout is torch.sparse_csr:
             return _spmm_c(A.crow_indices(), A.col_indices(), A.values(), shape, B)
-        C = _kernels.spmm_coo_c(A._indices(), A._values(), shape, A.is_coalesced(), B)
+        C = _kernels.spmm_coo_c(A._indices(), A._values(), shape, B)
         if C is not None:
             return C
     return _kernels.spmm(as_csr(A, compress_rows=True), B)
