@@ -1,13 +1,17 @@
 /* module.c: torchsparsegradutils._C, the only C file that knows about Python.
  *
- * Tensors arrive through DLPack (tensor.__dlpack__()), zero-copy, so the module
- * never links libtorch and one build serves any PyTorch 2.x.  Each function:
- * takes its tensors, re-checks device, dtype, shape and strides, builds the
- * kernel views, releases the GIL around the kernel, maps its status to an
- * exception, and gives every tensor back on one cleanup path.
+ * Tensors arrive through DLPack, zero-copy, so the module never links libtorch
+ * and one build serves any PyTorch 2.x: borrowed through the tensor type's DLPack
+ * C exchange table where PyTorch publishes one (recent releases; no capsule, no
+ * allocation), else as DLPack capsules from a registered exporter or
+ * tensor.__dlpack__().
+ * Each function: takes its tensors, re-checks device, dtype, shape and strides,
+ * builds the kernel views, releases the GIL around the kernel, maps its status
+ * to an exception, and gives every tensor back on one cleanup path.
  * Outputs are allocated by the caller (torch.empty) and written in place. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdlib.h>
 #include <string.h>
 #include "tsgu.h"
 #ifdef TSGU_CUDA
@@ -39,18 +43,43 @@ typedef struct DLManagedTensor {
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
 enum { kDLCPU = 1, kDLCUDA = 2, kDLInt = 0, kDLFloat = 2, kDLBfloat = 4 };
+/* the C exchange table a tensor type may publish as its __dlpack_c_exchange_api__
+ * capsule (DLPack 1.3); only dltensor_from_py_object_no_sync is used here: it fills
+ * a DLTensor that borrows obj's sizes, strides and data (valid while obj lives and
+ * is not resized), with no capsule, allocation or Python call */
+typedef struct {
+    uint32_t major;
+    uint32_t minor;
+} DLPackVersion;
+typedef void (*dlpack_unused_fn)(void);
+typedef struct DLPackExchangeAPIHeader {
+    DLPackVersion version;
+    struct DLPackExchangeAPIHeader *prev_api;
+} DLPackExchangeAPIHeader;
+typedef struct {
+    DLPackExchangeAPIHeader header;
+    dlpack_unused_fn managed_tensor_allocator;
+    dlpack_unused_fn managed_tensor_from_py_object_no_sync;
+    dlpack_unused_fn managed_tensor_to_py_object_no_sync;
+    int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out); /* 0, or -1 and an exception */
+    dlpack_unused_fn current_work_stream;
+} DLPackExchangeAPI;
 
 /* ---- the tensors of one call, held from intake to the single exit ---- */
 typedef struct {
     const char *name;     /* argument name, for messages */
-    PyObject *capsule;
-    DLManagedTensor *mt;
+    PyObject *capsule;    /* NULL when borrowed */
+    DLManagedTensor *mt;  /* the capsule's, or &borrowed */
+    DLManagedTensor borrowed; /* dl_tensor from the exchange table; no deleter */
 } held;
 
 #define MAX_HELD 12
 
 /* obj -> DLPack capsule: the registered exporter, or NULL for obj.__dlpack__() */
 static PyObject *exporter = NULL;
+/* instances of exchange_type are borrowed through exchange (see use_exchange_api) */
+static PyTypeObject *exchange_type = NULL;
+static const DLPackExchangeAPI *exchange = NULL;
 
 typedef struct {
     held t[MAX_HELD];
@@ -59,16 +88,16 @@ typedef struct {
     int32_t device_id;    /* that device, once a tensor was taken */
 } call;
 
-/* take obj's DLPack capsule into the next slot of c; on failure set an
- * exception and return -1 (what was taken is given back by finish) */
-static int take(call *c, PyObject *obj, const char *name)
+/* h->mt <- obj's DLTensor: borrowed through the exchange table when obj is a tensor
+ * of its type (obj, held by the caller's arguments for the whole call, keeps it
+ * valid), else from a DLPack capsule that h owns; -1 with an exception */
+static int intake(held *h, PyObject *obj)
 {
-    if (c->count == MAX_HELD) {
-        PyErr_SetString(PyExc_RuntimeError, "internal error: too many tensors in one call");
-        return -1;
+    if (exchange && PyObject_TypeCheck(obj, exchange_type)) {
+        if (exchange->dltensor_from_py_object_no_sync(obj, &h->borrowed.dl_tensor) != 0) return -1;
+        h->mt = &h->borrowed;
+        return 0;
     }
-    held *h = &c->t[c->count++];
-    h->name = name;
     h->capsule = exporter ? PyObject_CallFunctionObjArgs(exporter, obj, NULL)
                           : PyObject_CallMethod(obj, "__dlpack__", NULL);
     if (!h->capsule) return -1;
@@ -78,6 +107,20 @@ static int take(call *c, PyObject *obj, const char *name)
         h->mt = NULL;
         return -1;
     }
+    return 0;
+}
+
+/* take obj's DLTensor into the next slot of c; on failure set an
+ * exception and return -1 (what was taken is given back by finish) */
+static int take(call *c, PyObject *obj, const char *name)
+{
+    if (c->count == MAX_HELD) {
+        PyErr_SetString(PyExc_RuntimeError, "internal error: too many tensors in one call");
+        return -1;
+    }
+    held *h = &c->t[c->count++];
+    h->name = name;
+    if (intake(h, obj)) return -1;
     DLDevice d = h->mt->dl_tensor.device;
     if (d.device_type != (c->cuda ? kDLCUDA : kDLCPU)) {
         PyErr_Format(PyExc_ValueError, "%s must be a %s tensor", name, c->cuda ? "CUDA" : "CPU");
@@ -338,6 +381,42 @@ static int64_t last_dim(const held *h)
     return dl(h)->ndim >= 2 ? dl(h)->shape[dl(h)->ndim - 1] : -1;
 }
 
+/* the sizes of a COO tensor, a tuple of 2 or 3 non-negative ints, into sizes[0..*sd);
+ * *R = batch * rows, the rows of its block diagonal; -1 with an exception */
+static int coo_sizes(PyObject *osizes, int64_t *sizes, int64_t *sd, int64_t *R)
+{
+    if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
+        PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
+        return -1;
+    }
+    *sd = PyTuple_Size(osizes);
+    for (int64_t d = 0; d < *sd; d++) {
+        sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
+        if (sizes[d] == -1 && PyErr_Occurred()) return -1;
+        if (sizes[d] < 0) {
+            PyErr_SetString(PyExc_ValueError, "sizes must be non-negative");
+            return -1;
+        }
+    }
+    return rows_overflow(*sd == 3 ? sizes[0] : 1, sizes[*sd - 2], R);
+}
+
+/* a COO index array: int64 of shape (sd, nnz), row d at data + d * *ld; *ld = -1 when
+ * its rows are not unit-stride (which the kernels need); -1 with an exception */
+static int coo_indices(const held *h, int64_t sd, int64_t *ld, int64_t *nnz)
+{
+    const DLTensor *I = dl(h);
+    if (index_type(h) != TSGU_I64 || I->ndim != 2 || I->shape[0] != sd) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)sd);
+        return -1;
+    }
+    *nnz = I->shape[1];
+    *ld = stride_of(I, 0);
+    if ((*nnz > 1 && stride_of(I, 1) != 1) || *ld < 0) *ld = -1;
+    return 0;
+}
+
 /* ---- spmm(ptr, col, val, batch, n, m, B, C, nthreads) ----
  * C[k] = A[k] @ B[k]; A is batch x n x m, B (batch, m, p), C (batch, n, p).
  * ---- spmm_t(ptr, col, val, batch, n, m, G, out, nthreads) ----
@@ -376,6 +455,72 @@ static PyObject *py_spmm_t(PyObject *self, PyObject *args)
 {
     (void)self;
     return spmm_either(args, 1);
+}
+
+/* ---- spmm_coo(indices, values, sizes, B, C, rows_per_entry, nthreads) -> bool ----
+ * spmm of a COO A given by its indices ((2|3, nnz) int64) and values (nnz,), in one
+ * call: its row pointers are built in a workspace, every index checked on the way
+ * (coo_row_ptr.c), then spmm runs on them.  False, with C unwritten, where this does
+ * not apply and the caller takes A's view instead: entries not strictly increasing in
+ * (row, col) (not sorted and unique, whatever A's coalesced flag says: the view
+ * coalesces them, or raises the error of a tensor flagged coalesced that is not),
+ * index rows not unit-stride, or A hypersparse (more than rows_per_entry * (nnz + 1)
+ * rows in its block diagonal). */
+static PyObject *py_spmm_coo(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[4], *osizes;
+    int64_t sizes[3], sd, R, ld, nnz;
+    long long rows_per_entry;
+    int nthreads, status = TSGU_OK, sorted = 0, rt;
+    call c = {0};
+    tsgu_csr A;
+    tsgu_dense X, Y;
+    if (!PyArg_ParseTuple(args, "OOOOOLi", &o[0], &o[1], &osizes, &o[2], &o[3], &rows_per_entry, &nthreads) ||
+        coo_sizes(osizes, sizes, &sd, &R))
+        return NULL;
+    const char *names[4] = {"indices", "values", "B", "out"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 4) || coo_indices(&h[0], sd, &ld, &nnz) || (rt = real_type(&h[1], 1)) < 0 ||
+        need_contiguous(&h[1]))
+        return finish(&c, -1);
+    if (numel(dl(&h[1])) != nnz) {
+        PyErr_Format(PyExc_ValueError, "values must have one value per entry (%lld), got %lld", (long long)nnz,
+                     (long long)numel(dl(&h[1])));
+        return finish(&c, -1);
+    }
+    memset(&A, 0, sizeof A);
+    A.batch = sd == 3 ? sizes[0] : 1;
+    A.nrows = sizes[sd - 2];
+    A.ncols = sizes[sd - 1];
+    A.nnz = nnz;
+    A.ptr_stride = A.nrows;                               /* global layout: R + 1 pointers */
+    A.itype = TSGU_I64;
+    A.rtype = rt;
+    A.val = data_of(&h[1]);
+    if (make_dense(&h[2], A.batch, A.ncols, last_dim(&h[3]), rt, &X) ||
+        make_dense(&h[3], A.batch, A.nrows, last_dim(&h[3]), rt, &Y) || need_contiguous(&h[3]))
+        return finish(&c, -1);
+    if (rows_per_entry < 1) {
+        PyErr_SetString(PyExc_ValueError, "rows_per_entry must be positive");
+        return finish(&c, -1);
+    }
+    if (ld >= 0 && (R - 1) / rows_per_entry < nnz + 1) {    /* R <= rows_per_entry * (nnz + 1) */
+        const int64_t *idx = data_of(&h[0]);
+        int64_t *ptr = malloc((size_t)(R + 1) * sizeof *ptr);
+        if (!ptr) return finish(&c, TSGU_ENOMEM);
+        A.ptr = ptr;
+        A.col = idx + (sd - 1) * ld;
+        Py_BEGIN_ALLOW_THREADS
+        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, &sorted);
+        if (status == TSGU_OK && sorted) status = tsgu_spmm(&A, &X, &Y, nthreads);
+        Py_END_ALLOW_THREADS
+        free(ptr);
+    }
+    PyObject *done = finish(&c, status);
+    if (!done) return NULL;
+    Py_DECREF(done);
+    return PyBool_FromLong(sorted);
 }
 
 /* ---- sddmm(ptr, col, batch, n, m, G, B, out, nthreads) ----
@@ -440,42 +585,15 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
-/* ---- coo_row_ptr(indices, sizes, ptr_or_None, nthreads[, probe]) ----
- * checks every index of a (2|3, nnz) int64 index array against sizes; with ptr
- * (int64, batch*n+1) also checks the (batch, row) order and fills ptr.  With
- * probe (ptr needed), the order is asked, not required: it returns True, with
- * ptr filled, when the entries are sorted by (batch, row, col) without repeats
- * (as a coalesced tensor's are), and False otherwise.  The
- * index rows may lie any distance apart (a view of a larger buffer, or an
- * expanded array): the kernel reads row d at d * stride(0). */
-/* take a COO index array oi ((2|3, nnz) int64, unit-stride rows at stride *ld)
- * and its sizes (a tuple of 2 or 3 non-negative ints) into c; *sd = how many,
- * *R = rows of the batch; -1 with an exception if anything is off */
+/* take a COO index array oi and its sizes (coo_sizes, coo_indices) into c, its
+ * rows unit-stride as the row-pointer kernels read them; -1 with an exception */
 static int take_coo(call *c, PyObject *oi, PyObject *osizes, int64_t *sizes, int64_t *sd, int64_t *R,
-                    int64_t *ld)
+                    int64_t *ld, int64_t *nnz)
 {
-    if (!PyTuple_Check(osizes) || PyTuple_Size(osizes) < 2 || PyTuple_Size(osizes) > 3) {
-        PyErr_SetString(PyExc_ValueError, "sizes must be a tuple of 2 or 3 ints");
+    if (coo_sizes(osizes, sizes, sd, R) || take(c, oi, "indices") ||
+        coo_indices(&c->t[c->count - 1], *sd, ld, nnz))
         return -1;
-    }
-    *sd = PyTuple_Size(osizes);
-    for (int64_t d = 0; d < *sd; d++) {
-        sizes[d] = PyLong_AsLongLong(PyTuple_GetItem(osizes, d));
-        if (sizes[d] == -1 && PyErr_Occurred()) return -1;
-        if (sizes[d] < 0) {
-            PyErr_SetString(PyExc_ValueError, "sizes must be non-negative");
-            return -1;
-        }
-    }
-    if (rows_overflow(*sd == 3 ? sizes[0] : 1, sizes[*sd - 2], R) || take(c, oi, "indices")) return -1;
-    const DLTensor *I = dl(&c->t[0]);
-    if (index_type(&c->t[0]) != TSGU_I64 || I->ndim != 2 || I->shape[0] != *sd) {
-        if (!PyErr_Occurred())
-            PyErr_Format(PyExc_ValueError, "indices must be int64 of shape (%lld, nnz)", (long long)*sd);
-        return -1;
-    }
-    *ld = stride_of(I, 0);
-    if ((I->shape[1] > 1 && stride_of(I, 1) != 1) || *ld < 0) {
+    if (*ld < 0) {
         PyErr_SetString(PyExc_ValueError, "indices must have unit-stride rows");
         return -1;
     }
@@ -493,11 +611,19 @@ static int take_row_ptr(call *c, PyObject *optr, int64_t R)
     return -1;
 }
 
+/* ---- coo_row_ptr(indices, sizes, ptr_or_None, nthreads[, probe]) ----
+ * checks every index of a (2|3, nnz) int64 index array against sizes; with ptr
+ * (int64, batch*n+1) also checks the (batch, row) order and fills ptr.  With
+ * probe (ptr needed), the order is asked, not required: it returns True, with
+ * ptr filled, when the entries are sorted by (batch, row, col) without repeats
+ * (as a coalesced tensor's are), and False otherwise.  The
+ * index rows may lie any distance apart (a view of a larger buffer, or an
+ * expanded array): the kernel reads row d at d * stride(0). */
 static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *oi, *osizes, *optr;
-    int64_t sizes[3], sd, R, ld;
+    int64_t sizes[3], sd, R, ld, nnz;
     int status, nthreads, probe = 0, coalesced = 0;
     call c = {0};
     if (!PyArg_ParseTuple(args, "OOOi|p", &oi, &osizes, &optr, &nthreads, &probe)) return NULL;
@@ -505,8 +631,7 @@ static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "a probe needs row_ptr");
         return NULL;
     }
-    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld)) return finish(&c, -1);
-    int64_t nnz = dl(&c.t[0])->shape[1];
+    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld, &nnz)) return finish(&c, -1);
     int64_t *ptr = NULL;
     if (optr != Py_None) {
         if (take_row_ptr(&c, optr, R)) return finish(&c, -1);
@@ -929,14 +1054,13 @@ static PyObject *py_cuda_coo_check(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *oi, *osizes, *oflag;
-    int64_t sizes[3], sd, R, ld;
+    int64_t sizes[3], sd, R, ld, nnz;
     unsigned long long stream;
     int status, coalesced, bits = 0;
     call c = {.cuda = 1};
     if (!PyArg_ParseTuple(args, "OOpOK", &oi, &osizes, &coalesced, &oflag, &stream)) return NULL;
-    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld) || take(&c, oflag, "flag") || flag_array(&c.t[1]))
+    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld, &nnz) || take(&c, oflag, "flag") || flag_array(&c.t[1]))
         return finish(&c, -1);
-    int64_t nnz = dl(&c.t[0])->shape[1];
     const int64_t *idx = data_of(&c.t[0]);
     int *flag = data_of(&c.t[1]);
     void *s = (void *)(uintptr_t)stream;
@@ -959,13 +1083,12 @@ static PyObject *py_cuda_coo_row_ptr(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *oi, *osizes, *optr;
-    int64_t sizes[3], sd, R, ld;
+    int64_t sizes[3], sd, R, ld, nnz;
     unsigned long long stream;
     int status;
     call c = {.cuda = 1};
     if (!PyArg_ParseTuple(args, "OOOK", &oi, &osizes, &optr, &stream)) return NULL;
-    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld) || take_row_ptr(&c, optr, R)) return finish(&c, -1);
-    int64_t nnz = dl(&c.t[0])->shape[1];
+    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld, &nnz) || take_row_ptr(&c, optr, R)) return finish(&c, -1);
     status = tsgu_cuda_use_device(c.device_id);
     if (status == TSGU_OK)
         status = tsgu_cuda_coo_row_ptr(data_of(&c.t[0]), ld, sd, nnz, sizes, data_of(&c.t[1]),
@@ -1033,10 +1156,49 @@ static PyObject *py_cuda_sddmm(PyObject *self, PyObject *args)
 }
 #endif
 
+/* ---- use_exchange_api(tensor_type or None) -> bool ----
+ * borrow the DLTensor of every later instance of tensor_type through its
+ * __dlpack_c_exchange_api__ table (DLPack 1.3 or a later 1.x, with the non-owning export),
+ * instead of exporting a capsule; True if it does.  None, or a type without such
+ * a table, goes back to capsules for every tensor. */
+static PyObject *py_use_exchange_api(PyObject *self, PyObject *type)
+{
+    (void)self;
+    const DLPackExchangeAPI *api = NULL;
+    if (type != Py_None) {
+        if (!PyType_Check(type)) {
+            PyErr_SetString(PyExc_TypeError, "use_exchange_api takes a type or None");
+            return NULL;
+        }
+        PyObject *cap = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
+        if (!cap) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+            PyErr_Clear();
+        } else {
+            api = PyCapsule_IsValid(cap, "dlpack_exchange_api") ? PyCapsule_GetPointer(cap, "dlpack_exchange_api")
+                                                                 : NULL;
+            Py_DECREF(cap); /* the table lives as long as the process (DLPack's rule) */
+            if (api && (api->header.version.major != 1 || api->header.version.minor < 3 ||
+                        !api->dltensor_from_py_object_no_sync))
+                api = NULL;      /* the table's layout is DLPack 1.3's */
+        }
+    }
+    PyTypeObject *old = exchange_type;
+    exchange_type = api ? (PyTypeObject *)type : NULL;
+    Py_XINCREF(exchange_type);
+    exchange = api;
+    Py_XDECREF(old);
+    return PyBool_FromLong(api != NULL);
+}
+
 static PyMethodDef methods[] = {
     {"set_exporter", py_set_exporter, METH_O, "set_exporter(fn): fn(tensor) -> DLPack capsule"},
+    {"use_exchange_api", py_use_exchange_api, METH_O,
+     "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
     {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
+    {"spmm_coo", py_spmm_coo, METH_VARARGS,
+     "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},

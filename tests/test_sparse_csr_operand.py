@@ -76,6 +76,29 @@ def test_malformed_components_raise():
         sparse_mm(S._replace(col_indices=torch.tensor([0, 1])), torch.ones(4, 1))
 
 
+def test_components_with_negative_bit_or_strides():
+    """Components the kernels cannot read as they lie (PyTorch's negative bit, which
+    DLPack cannot carry, or non-unit strides) are read as the values they hold."""
+    D = _dense(())
+    S = SparseCSR.from_torch(D.to_sparse_csr())
+    B = torch.randn(5, 3, dtype=torch.float64)
+
+    def neg_view(t):                       # t's values, held as minus their memory
+        return (-t)._neg_view()
+
+    def strided(t):                        # t's values at every other element
+        return torch.stack([t, torch.zeros_like(t)], 1).reshape(-1)[::2]
+
+    for wrap in (neg_view, strided):
+        for field in ("crow_indices", "col_indices", "values"):
+            T = S._replace(**{field: wrap(getattr(S, field))})
+            assert torch.equal(getattr(T, field), getattr(S, field))
+            with torch.no_grad():
+                torch.testing.assert_close(sparse_mm(T, B), D @ B)
+            torch.testing.assert_close(sparse_mm(T, B.requires_grad_()), D @ B)
+            B = B.detach()
+
+
 @pytest.mark.parametrize("transpose", [False, True])
 def test_triangular_solve_on_components(transpose):
     gen = torch.Generator().manual_seed(2)

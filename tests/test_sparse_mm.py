@@ -9,7 +9,7 @@ import re
 
 import pytest
 import torch
-from conftest import HALF_DTYPES, SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
+from conftest import HALF_DTYPES, LAYOUTS, SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _kernels, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
@@ -404,6 +404,109 @@ def test_private_kernels_check_their_arguments():
         _C.coo_row_ptr(torch.zeros(3, 2, dtype=torch.int64), (2, 2), None, 1)
     with pytest.raises(ValueError, match="sizes"):
         _C.coo_row_ptr(torch.zeros(2, 2, dtype=torch.int64), (2,), None, 1)
+
+
+
+def test_spmm_coo_entry_point():
+    """_C.spmm_coo: the product of COO arrays in one call, False (out untouched) where
+    the caller must take the view instead, errors for malformed input."""
+    from torchsparsegradutils import _C
+    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 4.0]])
+    A = D.to_sparse().coalesce()
+    idx, val, B = A.indices(), A.values(), torch.randn(3, 2)
+
+    def run(idx, val, sizes=(3, 3), rows_per_entry=8, out=None):
+        out = torch.full((sizes[0], 2), 7.0) if out is None else out
+        return _C.spmm_coo(idx, val, sizes, B, out, rows_per_entry, 1), out
+
+    done, C = run(idx, val)
+    assert done is True
+    torch.testing.assert_close(C, D @ B)
+    for args, kwargs in [((idx[:, [2, 3, 0, 1]], val), {}),          # rows out of order
+                         ((idx[:, [1, 0, 2, 3]], val), {}),          # columns out of order in a row
+                         ((idx[:, [0, 0, 1, 2, 3]], val.repeat(2)[:5]), {}),   # a repeated entry
+                         ((idx.t().contiguous().t(), val), {}),      # index rows not unit-stride
+                         ((idx, val), dict(rows_per_entry=1, sizes=(30, 3)))]:   # hypersparse
+        done, C = run(*args, **kwargs)
+        assert done is False and bool((C == 7.0).all())
+    for args, kwargs, exc, match in [
+            ((idx.clamp(max=3) + (idx == 2), val), {}, ValueError, "negative or not less"),
+            ((idx, val[:3]), {}, ValueError, "one value per entry"),
+            ((idx.int(), val), {}, ValueError, "int64 of shape"),
+            ((idx, val.long()), {}, TypeError, "values must be"),
+            ((idx, val), dict(sizes=(3,)), ValueError, "tuple of 2 or 3"),
+            ((idx, val), dict(sizes=(3, -1)), ValueError, "non-negative"),
+            ((idx, val), dict(rows_per_entry=0), ValueError, "rows_per_entry"),
+            ((idx, val), dict(out=torch.empty(3, 4)[:, ::2]), ValueError, "unit stride"),
+            ((idx, val[::1].repeat(2)[::2]), {}, ValueError, "contiguous")]:
+        with pytest.raises(exc, match=match):
+            run(*args, **kwargs)
+
+
+def test_malformed_coo_flagged_coalesced_no_grad():
+    """A COO tensor flagged coalesced whose entries are not in order, multiplied
+    without grad: the same errors as with grad (the view's checks)."""
+    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 4.0]])
+    A = D.to_sparse().coalesce()
+    idx, val, B = A.indices(), A.values(), torch.randn(3, 2)
+    for perm, match in (([2, 3, 0, 1], "not sorted by row"), ([1, 0, 2, 3], "sorted and unique within each row")):
+        bad = torch.sparse_coo_tensor(idx[:, perm], val[perm], (3, 3), is_coalesced=True)
+        for Bx in (B, B.clone().requires_grad_()):
+            with pytest.raises(ValueError, match=match):
+                sparse_mm(bad, Bx)
+
+
+@pytest.mark.parametrize("use_table", [True, False])
+def test_no_grad_calls_keep_reference_counts(use_table):
+    """The no-grad paths (COO, CSR, SparseCSR; borrowed or capsule intake) hold no
+    reference to any input after the call."""
+    import gc
+    import sys
+    from torchsparsegradutils import _C
+    A, B, _, _ = make_case("coo", False, 6, 5, 3, 12, torch.float32, torch.int64)
+    csr = A.to_sparse_csr()
+    S = tsgu.SparseCSR(csr.crow_indices(), csr.col_indices(), csr.values(), tuple(csr.shape))
+    watched = [A, csr, B, *S[:3]]
+    try:
+        _C.use_exchange_api(torch.Tensor if use_table else None)
+        for _ in range(3):
+            for X in (A, csr, S):
+                sparse_mm(X, B)
+        gc.collect()
+        refs = [sys.getrefcount(t) for t in watched]
+        for _ in range(200):
+            for X in (A, csr, S):
+                sparse_mm(X, B)
+        gc.collect()
+        assert [sys.getrefcount(t) for t in watched] == refs
+    finally:
+        _C.use_exchange_api(torch.Tensor)
+
+
+def test_tensor_intake_through_the_exchange_table_or_capsules():
+    """The C entry points borrow tensors through PyTorch's DLPack C exchange table where
+    it has one, else take DLPack capsules: both give the same results and errors."""
+    from torchsparsegradutils import _C
+    has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    A, B, G, D = make_case("coo", False, 6, 5, 3, 12, torch.float64, torch.int64)
+    expected = D @ B
+    try:
+        for use_table in (True, False):
+            assert _C.use_exchange_api(torch.Tensor if use_table else None) is (use_table and has_table)
+            torch.testing.assert_close(sparse_mm(A, B), expected)
+            torch.testing.assert_close(sparse_mm(A.to_sparse_csr(), B), expected)
+            with pytest.raises(ValueError, match="must have shape"):
+                _C.spmm(*(torch.tensor(x) for x in ([0, 1, 2], [0, 1], [1.0, 1.0])), 2, 2, 3,
+                        torch.ones(3, 2), torch.empty(2, 2), 1)
+            with pytest.raises((TypeError, RuntimeError, AttributeError)):   # not a tensor
+                _C.spmm([0, 1, 2], torch.tensor([0, 1]), torch.ones(2), 1, 2, 3, torch.ones(3, 2),
+                        torch.empty(2, 2), 1)
+        assert _C.use_exchange_api(int) is False            # a type without the table: capsules
+        torch.testing.assert_close(sparse_mm(A, B), expected)
+        with pytest.raises(TypeError, match="a type or None"):
+            _C.use_exchange_api(torch.ones(1))
+    finally:
+        _C.use_exchange_api(torch.Tensor)
 
 
 # ---------------------------------------------------------------- semantics and hygiene
@@ -1095,18 +1198,22 @@ def test_coo_row_pointer_probe_for_any_thread_count(batched):
         _C.coo_row_ptr(idx, sizes, None, 1, True)
 
 
-@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "coo_unflagged", "csr"])
+@pytest.mark.parametrize("layout", LAYOUTS + ("coo_unflagged",))
 @pytest.mark.parametrize("batched", [False, True])
-def test_no_grad_path_gives_the_same_bits(layout, batched):
-    """Without anything to differentiate, sparse_mm skips the autograd.Function:
-    the same bits as the forward of the recorded path, and no graph."""
-    A, B, _, _ = make_case(layout, batched, 20, 15, 5, 60, torch.float32, torch.int64)
+@pytest.mark.parametrize("n,nnz", [(20, 60), (300, 7)])     # and a hypersparse A (n*b > 8 * (nnz + 1))
+def test_no_grad_path_gives_the_same_bits(layout, batched, n, nnz):
+    """Without anything to differentiate, sparse_mm skips the autograd.Function (and
+    on CPU multiplies A's own arrays: a COO A's row pointers built in the same C
+    call where its entries are in order): the same bits as the forward of the
+    recorded path, and no graph."""
+    A, B, _, _ = make_case(layout, batched, n, 15, 5, nnz, torch.float32, torch.int64)
     recorded = sparse_mm(A, B.clone().requires_grad_())
     plain_out = sparse_mm(A, B)
     with torch.no_grad():
         no_grad = sparse_mm(A.detach().requires_grad_(), B.clone().requires_grad_())
     assert recorded.grad_fn is not None and plain_out.grad_fn is None and no_grad.grad_fn is None
     assert torch.equal(plain_out, recorded.detach()) and torch.equal(no_grad, plain_out)
+    torch.testing.assert_close(plain_out, A.to_dense() @ B)
     if layout == "csr":                        # the SparseCSR operand: the custom op, or the kernel directly
         crow, col, val = A.crow_indices(), A.col_indices(), A.values()
         size = tuple(A.shape)

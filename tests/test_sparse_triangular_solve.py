@@ -5,9 +5,9 @@ A's pattern); gradcheck runs in float64 through the values tensor.
 """
 import pytest
 import torch
-from conftest import dense_trisolve, num_threads, seeded, to_sparse, tri_dense
+from conftest import FULL_RANK_LAYOUTS, dense_trisolve, num_threads, seeded, to_sparse, tri_dense
 
-from torchsparsegradutils import _kernels, sparse_csr_tensor, sparse_triangular_solve
+from torchsparsegradutils import SparseCSR, _kernels, sparse_csr_tensor, sparse_triangular_solve
 from torchsparsegradutils.utils import rand_sparse_tri
 
 HAS_CUDA = torch.cuda.is_available()
@@ -70,12 +70,18 @@ def test_single_rhs_long_rows(upper, transpose, unit):
 
 
 @pytest.mark.parametrize("p", [1, 3])
-def test_no_grad_path_same_bits(p):
-    """Without a gradient to record the solve skips the autograd Function: same bits."""
+@pytest.mark.parametrize("layout", FULL_RANK_LAYOUTS)
+@pytest.mark.parametrize("batched", [False, True])
+def test_no_grad_path_same_bits(p, layout, batched):
+    """Without a gradient to record the solve skips the autograd Function (and for a
+    CPU CSR A, or a SparseCSR, reads its arrays directly): same bits, B with the
+    negative bit too."""
     gen = torch.Generator().manual_seed(13)
     D = tri_dense(2, 50, False, False, torch.float64, gen, density=0.3)
-    A = to_sparse(D, "csr")
     B = torch.randn(2, 50, p, generator=gen, dtype=torch.float64)
+    if not batched:
+        D, B = D[0], B[0]
+    A = to_sparse(D, layout, gen=gen)
     Bg = B.clone().requires_grad_(True)
     X_grad = sparse_triangular_solve(A, Bg, upper=False)
     assert X_grad.requires_grad
@@ -84,7 +90,14 @@ def test_no_grad_path_same_bits(p):
         X_nograd = sparse_triangular_solve(A, Bg, upper=False)
     assert not X.requires_grad and not X_nograd.requires_grad
     assert torch.equal(X, X_grad.detach()) and torch.equal(X, X_nograd)
+    assert torch.equal(sparse_triangular_solve(A, (-B)._neg_view(), upper=False), X)
     torch.testing.assert_close(X, torch.linalg.solve_triangular(D, B, upper=False), **TOL[torch.float64])
+    if layout == "csr":            # the SparseCSR operand: the custom op, or the kernel directly
+        S = SparseCSR.from_torch(A)
+        recorded = sparse_triangular_solve(S._replace(values=S.values.clone().requires_grad_()), B, upper=False)
+        direct = sparse_triangular_solve(S, B, upper=False)
+        assert recorded.grad_fn is not None and direct.grad_fn is None
+        assert torch.equal(direct, recorded.detach()) and torch.equal(direct, X)
 
 
 @pytest.mark.parametrize("p", [1, 4])

@@ -6,10 +6,12 @@ kernels (_cuda.py) for the products of sparse_mm where the build has them;
 otherwise, and on other devices, through PyTorch's own ops with the same
 meaning, which, like the kernels, never build a dense n x m matrix.
 """
+from typing import Optional
+
 import torch
 
 from . import _C, _cuda
-from ._csr import CSRView, entry_rows, plain
+from ._csr import _HYPERSPARSE_ROWS_PER_ENTRY, CSRView, entry_rows, plain
 
 # Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
 # temporaries to about this many elements times p, instead of nnz times p.
@@ -37,7 +39,15 @@ def _dense_for_c(X: torch.Tensor) -> torch.Tensor:
     """X as the kernels read a dense operand: plain (see _csr.plain), with
     unit-stride rows (any row and batch stride is fine), copied only if needed."""
     X = plain(X)
+    if X.is_contiguous():        # the common case, in one call (size(-1) and stride(-1) cost 0.2 us each)
+        return X
     return X if X.size(-1) <= 1 or X.stride(-1) == 1 else X.contiguous()
+
+
+def kernel_array(t: torch.Tensor) -> torch.Tensor:
+    """An index or values array as the kernels read it (and a CSRView holds it): plain
+    and contiguous, copied only if needed."""
+    return plain(t).contiguous()
 
 
 def _item_rows(X: torch.Tensor) -> torch.Tensor:
@@ -68,10 +78,38 @@ def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
         A2, _, _ = _global_csr(A)
         C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
         return C.reshape(out_shape)
-    C = torch.empty(out_shape, dtype=B.dtype)
-    _C.spmm(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, _dense_for_c(B), C,
-            torch.get_num_threads())
+    return spmm_c(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, B)
+
+
+def spmm_c(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, batch: int, n: int, m: int,
+           B: torch.Tensor) -> torch.Tensor:
+    """spmm of CPU arrays as the kernels read them (kernel_array's): the C kernel,
+    called from here with nothing else on the way (it runs on every call)."""
+    B = _dense_for_c(B)
+    C = _spmm_out(batch, n, B)
+    _C.spmm(ptr, col, values, batch, n, m, B, C, torch.get_num_threads())
     return C
+
+
+def spmm_coo_c(indices: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor) -> Optional[torch.Tensor]:
+    """spmm of a CPU COO A from its own index and values arrays (A._indices(),
+    A._values()): its row pointers are built in C on the way, in the same call.  None
+    where that does not apply (entries not sorted and unique, or A hypersparse; see
+    spmm_coo in csrc/module.c): then take A's view (_csr.as_csr)."""
+    B = _dense_for_c(B)
+    C = _spmm_out(shape[0] if len(shape) == 3 else 1, shape[-2], B)
+    if _C.spmm_coo(plain(indices), kernel_array(values), shape, B, C, _HYPERSPARSE_ROWS_PER_ENTRY,
+                   torch.get_num_threads()):
+        return C
+    return None
+
+
+def _spmm_out(batch: int, n: int, B: torch.Tensor) -> torch.Tensor:
+    """The output of spmm, (batch, n, p) or (n, p) as B (a CPU tensor) is 3D or 2D:
+    B.new_empty with the sizes unpacked, the cheapest allocation from Python (0.2 us
+    less than torch.empty(sizes, dtype=..))."""
+    p = B.shape[-1]
+    return B.new_empty(batch, n, p) if B.dim() == 3 else B.new_empty(n, p)
 
 
 def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:

@@ -36,14 +36,15 @@ import torch
 from torch import Tensor
 
 from . import _kernels, _solve_kernels
-from ._csr import CSRView, plain
+from ._csr import CSRView
 
 
 def view_of(ptr: Tensor, col: Tensor, values: Optional[Tensor], rows: Optional[Tensor], shape) -> CSRView:
     """The CSRView of a pattern given as an op's arguments (inverse of op_args); an op
-    may be handed any strides, so the arrays are made contiguous (a no-op for a view's)."""
-    ptr, col = plain(ptr).contiguous(), plain(col).contiguous()
-    values = None if values is None else plain(values).contiguous()
+    may be handed any strides, so the arrays go through _kernels.kernel_array."""
+    ka = _kernels.kernel_array
+    ptr, col = ka(ptr), ka(col)
+    values = None if values is None else ka(values)
     shape = torch.Size(shape)
     if rows is not None:                       # one matrix of A's non-empty rows
         batch, nrows, ncols = 1, rows.shape[0], (shape[0] if len(shape) == 3 else 1) * shape[-1]

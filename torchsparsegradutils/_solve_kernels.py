@@ -33,9 +33,15 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool,
     triangular A; B is (n, p) or (b, n, p).  Returns a new tensor."""
     if not _kernels._use_c(A.values, B):
         return _trisolve_torch(A, B, upper, unitriangular, transpose)
-    X = B.detach().clone(memory_format=torch.contiguous_format)   # a clone applies B's negative bit
-    _C.trisolve(A.ptr, A.col, plain(A.values), A.batch, A.nrows, X, bool(upper),
-                bool(unitriangular), bool(transpose), torch.get_num_threads())
+    return trisolve_c(A.ptr, A.col, plain(A.values), A.batch, A.nrows, B, upper, unitriangular, transpose)
+
+
+def trisolve_c(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, batch: int, n: int, B: torch.Tensor,
+               upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
+    """trisolve of CPU arrays as the kernels read them (_kernels.kernel_array's), where
+    no graph is recorded: the C kernel with nothing else on the way."""
+    X = B.clone(memory_format=torch.contiguous_format)     # a clone applies B's negative bit
+    _C.trisolve(ptr, col, values, batch, n, X, upper, unitriangular, transpose, torch.get_num_threads())
     return X
 
 

@@ -3,7 +3,7 @@ import torch
 
 from . import _kernels, _ops
 from ._csr import SparseCSR, as_csr, load_operand, save_operand
-from ._validate import HALF_DTYPES, SUPPORTED_DTYPES, check_operands, eager_only, records_graph
+from ._validate import MM_DTYPES, check_operands, eager_only, records_graph
 
 
 def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
@@ -57,25 +57,44 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(A, SparseCSR):
         return _sparse_mm_torch(A, B)
-    _check(A, B)
-    if torch.compiler.is_compiling() or records_graph(A.values, B):
-        return _ops.spmm(A.view(), A.values, B)
+    shape = _check(A, B)
+    values = A.values
+    if torch.compiler.is_compiling() or records_graph(values, B):
+        return _ops.spmm(A.view(), values, B)
     # what the custom operator runs, without its dispatch (nothing to trace or record)
-    return _kernels.spmm(_ops.view_of(A.crow_indices, A.col_indices, A.values, None, A.size), B)
+    if _kernels._use_c(values, B):
+        return _spmm_c(A.crow_indices, A.col_indices, values, shape, B)
+    return _kernels.spmm(_ops.view_of(A.crow_indices, A.col_indices, values, None, shape), B)
 
 
 @eager_only
 def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    _check(A, B)
+    shape = _check(A, B)
     if records_graph(A, B):
         return SparseMatMul.apply(A, B)
-    return _kernels.spmm(as_csr(A, compress_rows=True), B)     # what the Function's forward does
+    # what the Function's forward does; on CPU on A's own arrays, without building its view
+    if _kernels._use_c(A, B):
+        if A.layout is torch.sparse_csr:
+            return _spmm_c(A.crow_indices(), A.col_indices(), A.values(), shape, B)
+        C = _kernels.spmm_coo_c(A._indices(), A._values(), shape, B)
+        if C is not None:
+            return C
+    return _kernels.spmm(as_csr(A, compress_rows=True), B)
 
 
-def _check(A, B) -> None:
-    check_operands(A, B, "sparse_mm", HALF_DTYPES + SUPPORTED_DTYPES)
-    if A.shape[-1] != B.shape[-2]:
-        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-1]}] vs B[..., {B.shape[-2]}]")
+def _check(A, B):
+    """sparse_mm's contract; returns A's shape."""
+    a_shape, b_shape = check_operands(A, B, "sparse_mm", MM_DTYPES)
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
+    return a_shape
+
+
+def _spmm_c(ptr, col, values, shape, B: torch.Tensor) -> torch.Tensor:
+    """A @ B on CPU for the CSR arrays of an A of shape `shape`, taken as they are
+    (any strides; the kernel checks their structure)."""
+    ka = _kernels.kernel_array
+    return _kernels.spmm_c(ka(ptr), ka(col), ka(values), shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
 
 
 class SparseMatMul(torch.autograd.Function):

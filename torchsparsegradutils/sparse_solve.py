@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels, _ops, _solve_kernels
 from ._csr import SparseCSR, as_csr, load_operand, save_operand
-from ._validate import check_operands, check_system, eager_only, error
+from ._validate import check_operands, check_system, eager_only, error, records_graph
 
 
 def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
@@ -67,24 +67,44 @@ def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
     flags = (bool(upper), bool(unitriangular), bool(transpose))
     if not isinstance(A, SparseCSR):
         return _triangular_solve_torch(A, B, *flags)
-    _check_solve_args(A, B)
-    return _ops.trisolve(A.view(), A.values, B, *flags)
+    shape = _check_solve_args(A, B)
+    values = A.values
+    if torch.compiler.is_compiling() or records_graph(values, B):
+        return _ops.trisolve(A.view(), values, B, *flags)
+    # what the custom operator runs, without its dispatch (nothing to trace or record)
+    if _kernels._use_c(values, B):
+        return _trisolve_c(A.crow_indices, A.col_indices, values, shape, B, flags)
+    return _solve_kernels.trisolve(_ops.view_of(A.crow_indices, A.col_indices, values, None, shape), B, *flags)
 
 
 @eager_only
 def _triangular_solve_torch(A: torch.Tensor, B: torch.Tensor, *flags) -> torch.Tensor:
-    _check_solve_args(A, B)
+    shape = _check_solve_args(A, B)
     if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad):
         return SparseTriangularSolve.apply(A, B, *flags)
-    return _solve_kernels.trisolve(as_csr(A.detach()), B, *flags)   # nothing to save for a backward
+    # nothing to save for a backward (and no graph to record); on CPU a CSR A's own
+    # arrays, without building its view
+    if A.layout is torch.sparse_csr and _kernels._use_c(A, B):
+        return _trisolve_c(A.crow_indices(), A.col_indices(), A.values(), shape, B, flags)
+    return _solve_kernels.trisolve(as_csr(A), B, *flags)
 
 
-def _check_solve_args(A, B) -> None:
-    check_operands(A, B, "sparse_triangular_solve")
-    if A.shape[-2] != A.shape[-1]:
-        raise error(ValueError, "A must be square on its last two dimensions", f"got shape {tuple(A.shape)}")
-    if A.shape[-2] != B.shape[-2]:
-        raise ValueError(f"Incompatible inner dimensions: A[..., {A.shape[-2]}] vs B[..., {B.shape[-2]}]")
+def _check_solve_args(A, B):
+    """sparse_triangular_solve's contract; returns A's shape."""
+    a_shape, b_shape = check_operands(A, B, "sparse_triangular_solve")
+    if a_shape[-2] != a_shape[-1]:
+        raise error(ValueError, "A must be square on its last two dimensions", f"got shape {tuple(a_shape)}")
+    if a_shape[-2] != b_shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-2]}] vs B[..., {b_shape[-2]}]")
+    return a_shape
+
+
+def _trisolve_c(ptr, col, values, shape, B: torch.Tensor, flags) -> torch.Tensor:
+    """The triangular solve on CPU for the CSR arrays of an A of shape `shape`, taken as
+    they are (any strides; the kernel checks their structure)."""
+    ka = _kernels.kernel_array
+    return _solve_kernels.trisolve_c(ka(ptr), ka(col), ka(values), shape[0] if len(shape) == 3 else 1, shape[-1],
+                                     B, *flags)
 
 
 class SparseTriangularSolve(torch.autograd.Function):

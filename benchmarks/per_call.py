@@ -1,0 +1,244 @@
+"""Benchmark of the per-call cost: what every call on a small matrix pays, beyond its arithmetic.
+
+    python -m benchmarks.per_call --quick                  # about 10 s (a minute with --baseline); CI smoke run
+    python -m benchmarks.per_call                          # more calls and rounds
+    python -m benchmarks.per_call --baseline /path/to/other/checkout   # before / after, side by side
+
+(a) sparse_mm at 4 x 4 (p = 4) and 64 x 64 (p = 16): forward without grad, and
+    forward + backward, for ours (COO, CSR, SparseCSR) against ``torch.sparse.mm``
+    (COO, CSR): the cases of benchmarks/training_loop.py (b), whose code runs them.
+(b) sparse_triangular_solve of a 2-D lower-triangular CSR A (about 5 entries a row),
+    n = 3, 30, 300, p = 1, 2, float64, without grad: ours (CSR, SparseCSR) against
+    ``torch.triangular_solve(B, A_csr, upper=False)``.
+
+Each time is a loop of many calls divided by their number; the methods take turns
+(interleaved loops) and the median is reported.  Every method is checked against a
+dense float64 reference first.  With ``--baseline DIR`` every measurement runs in
+worker processes, alternating between this checkout and DIR (e.g. a clone of main,
+built in place) round by round; ratios are medians over the rounds of each round's
+ratio.  Results: benchmarks/results/per_call_{quick,full}.{json,md}.  Timings are
+never asserted on.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import warnings
+
+# Passive OpenMP waiting on a shared machine (see benchmarks/sparse_mm.py); before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+
+
+def _load(name):
+    """benchmarks/<name>.py by path: a worker runs with another checkout on sys.path."""
+    spec = importlib.util.spec_from_file_location(f"_per_call_{name}", os.path.join(HERE, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+TL = _load("training_loop")   # its per-call cases of sparse_mm, and the rounds' statistics
+
+CASES = {
+    "full": {"mm": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 3000, "reps": 9},
+             "trisolve": {"sizes": [(3, 1), (3, 2), (30, 1), (30, 2), (300, 1), (300, 2)], "calls": 2000, "reps": 9}},
+    "quick": {"mm": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 1000, "reps": 7},
+              "trisolve": {"sizes": [(3, 1), (30, 2), (300, 1)], "calls": 500, "reps": 7}},
+}
+PARTS = ("mm", "trisolve")
+MM_METHODS = TL.CALL_METHODS
+TRI_METHODS = ["ours CSR", "ours SparseCSR", "torch CSR"]
+
+
+# --------------------------------------------------------------------------- (b) triangular solve
+
+def _tri_setups(tsgu, n, p):
+    gen = torch.Generator().manual_seed(5)
+    keep = torch.rand(n, n, generator=gen) < min(1.0, 4.0 / n)
+    D = (torch.randn(n, n, generator=gen, dtype=torch.float64) * keep).tril(-1) * 0.5
+    D.diagonal().copy_(1.0 + torch.rand(n, generator=gen, dtype=torch.float64))
+    B = torch.randn(n, p, generator=gen, dtype=torch.float64)
+    A = D.to_sparse_csr()
+    S = tsgu.SparseCSR(A.crow_indices(), A.col_indices(), A.values(), (n, n))
+    fns = {"ours CSR": lambda: tsgu.sparse_triangular_solve(A, B, upper=False),
+           "ours SparseCSR": lambda: tsgu.sparse_triangular_solve(S, B, upper=False),
+           "torch CSR": lambda: torch.triangular_solve(B, A, upper=False).solution}
+    ref = torch.linalg.solve_triangular(D, B, upper=False)
+    for method, fn in fns.items():
+        err = (fn() - ref).abs().max().item()
+        if err > 1e-9 * max(ref.abs().max().item(), 1.0):
+            raise AssertionError(f"{method} at n={n}, p={p}: error {err:.2e}")
+    return fns
+
+
+def measure_trisolve(tsgu, cfg):
+    res = {}
+    with torch.no_grad():
+        for n, p in cfg["sizes"]:
+            fns = _tri_setups(tsgu, n, p)
+            times = {k: [] for k in fns}
+            for r in range(cfg["reps"] + 1):          # the first round warms up
+                for method, fn in fns.items():
+                    t0 = time.perf_counter()
+                    for _ in range(cfg["calls"]):
+                        fn()
+                    if r:
+                        times[method].append((time.perf_counter() - t0) / cfg["calls"])
+            res[f"n={n} p={p}"] = {k: TL._stats(v) for k, v in times.items()}
+    return res
+
+
+# --------------------------------------------------------------------------- workers and rounds
+
+def run_here(mode, part, threads):
+    import torchsparsegradutils as tsgu
+    torch.set_num_threads(threads)
+    cfg = CASES[mode][part]
+    return TL.measure_calls(tsgu, cfg) if part == "mm" else measure_trisolve(tsgu, cfg)
+
+
+def run_worker(root, mode, part, threads):
+    """run_here in a fresh process with `root`'s torchsparsegradutils first on the path."""
+    env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS=str(threads))
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, part, str(threads)]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError(f"worker for {root} failed: {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def measure(mode, threads, rounds, baseline):
+    """{impl: {part: ..}}: this checkout ("after") and, with a baseline, the baseline
+    ("before"), alternating round by round in worker processes."""
+    impls = {"after": ROOT} if not baseline else {"before": os.path.abspath(baseline), "after": ROOT}
+    out = {}
+    for part in PARTS:
+        per_impl = {k: [] for k in impls}
+        for r in range(rounds):
+            for name, root in impls.items():
+                print(f"  {part}: round {r + 1}/{rounds}, {name} ({root})", flush=True)
+                run = run_worker(root, mode, part, threads) if baseline else run_here(mode, part, threads)
+                per_impl[name].append(run)
+        for name in impls:
+            out.setdefault(name, {})[part] = TL._merge(per_impl[name])
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+def _table(doc, part, methods, ratios):
+    """A markdown table of `part`: a row per case, the methods' times and then the
+    ratios [(name, fn(row) -> float)], each for every checkout."""
+    impls = list(doc["results"])
+    heads = [f"{m} ({i})" for m in methods for i in impls] + [f"{name} ({i})" for name, _ in ratios for i in impls]
+    lines = ["| case | " + " | ".join(heads) + " |", "|---" * (1 + len(heads)) + "|"]
+    for case in doc["results"][impls[0]][part]:
+        rows = {i: doc["results"][i][part][case] for i in impls}
+        cells = [TL._t(rows[i][m], "us") for m in methods for i in impls]
+        cells += [f"{fn(rows[i]):.2f}" for _, fn in ratios for i in impls]
+        lines.append(f"| {case} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _vs_torch(prefix):
+    """fn(row): the best of the methods named `prefix`.. against the faster of torch's."""
+    return lambda row: TL._ratio(TL._best(row, prefix), TL._best(row, "torch"))
+
+
+def write_report(doc, path_md):
+    lines = [f"# per_call ({doc['mode']})", "",
+             f"{doc['machine']['cpu']}, {doc['machine']['threads']} threads, torch {doc['machine']['torch']}; "
+             f"{doc['date']}.  Microseconds per call, medians of interleaved loops; with a baseline, medians "
+             f"over {doc['rounds']} alternating rounds of worker processes.  Commits: " +
+             ", ".join(f"{k} {v}" for k, v in doc.get("commits", {}).items()) + ".", ""]
+    lines += ["## (a) sparse_mm", ""]
+    lines += _table(doc, "mm", MM_METHODS, [("best ours / best torch", _vs_torch("ours"))])
+    lines += ["", "### each of our operands against the faster of PyTorch's two layouts", ""]
+    lines += _table(doc, "mm", [], [(f"{m} / best torch", _vs_torch(m)) for m in MM_METHODS if m.startswith("ours")])
+    lines += ["", "best ours / best torch: the fastest of our operand layouts against the faster of "
+              "PyTorch's two, per round (issue 10's target: <= 3 for the 4 x 4 forward without grad).", ""]
+    lines += ["## (b) sparse_triangular_solve, 2-D CSR, float64, no grad", ""]
+    lines += _table(doc, "trisolve", TRI_METHODS,
+                    [(f"{m} / torch", lambda row, m=m: TL._ratio(row[m], row["torch CSR"]))
+                     for m in TRI_METHODS if m.startswith("ours")])
+    lines += ["", "torch: `torch.triangular_solve(B, A_csr, upper=False)`.", "",
+              "PyTorch's CSR kernels (`torch.sparse.mm`, `torch.triangular_solve`) open parallel regions "
+              "even on tiny inputs, so with more than one thread their times swing with the machine's load "
+              "and the threads' wake-ups (run with `--threads 1` to see them without); ours run tiny inputs "
+              "on one thread, and PyTorch's COO product is single-threaded at these sizes.", ""]
+    with open(path_md, "w") as f:
+        f.write("\n".join(lines))
+    return "\n".join(lines)
+
+
+def _commits(baseline):
+    """{impl: the git commit it was measured at (with "+" when its tree had changes)}."""
+    out = {}
+    for name, root in ({"before": baseline, "after": ROOT} if baseline else {"after": ROOT}).items():
+        try:
+            sha = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+            dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+            out[name] = sha + ("+" if dirty else "")
+        except (OSError, subprocess.CalledProcessError):
+            out[name] = "unknown"
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer calls and cases; about 10 s")
+    ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 1, 3 with --baseline)")
+    ap.add_argument("--baseline", default=None, help="another checkout (built in place) to compare with")
+    ap.add_argument("--report-only", metavar="JSON", help="rewrite the markdown of a saved run")
+    args = ap.parse_args(argv)
+    if args.report_only:
+        with open(args.report_only) as f:
+            print(write_report(json.load(f), args.report_only[:-len(".json")] + ".md"))
+        return 0
+    mode = "quick" if args.quick else "full"
+    rounds = args.rounds or (3 if args.baseline else 1)
+    torch.set_num_threads(args.threads)
+    t0 = time.time()
+    cpu = platform.processor() or "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    machine = {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
+               "python": platform.python_version(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+    print(f"per_call ({mode}): {cpu}, {args.threads} threads, torch {torch.__version__}", flush=True)
+    results = measure(mode, args.threads, rounds, args.baseline)
+    doc = {"mode": mode, "machine": machine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "rounds": rounds, "baseline": args.baseline, "commits": _commits(args.baseline), "config": CASES[mode],
+           "results": results, "seconds": round(time.time() - t0, 1)}
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"per_call_{mode}")
+    with open(stem + ".json", "w") as f:
+        json.dump(doc, f, indent=1)
+    print(write_report(doc, stem + ".md"))
+    print(f"\nwrote {stem}.json and .md in {doc['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _, _, w_mode, w_part, w_threads = sys.argv       # PYTHONPATH names the checkout under test
+        print(json.dumps(run_here(w_mode, w_part, int(w_threads))))
+    else:
+        sys.exit(main())
