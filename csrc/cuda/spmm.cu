@@ -12,9 +12,10 @@
  * 32/L rows.  The group reads its row's columns and values L at a time (one
  * per lane, the next L in flight meanwhile), hands them round by shuffles,
  * and walks them in order, four packs of B in flight per lane; each lane sums
- * its own pack of columns: one order of summation.  Rows of more than plan->long_row entries are left to
- * the plan (tsgu_cuda.h): a group per piece sums into the workspace, then one
- * thread per (long row, column) adds its pieces in order. */
+ * its own pack of columns: one order of summation.  Rows of more than
+ * plan->long_row entries are left to the plan (tsgu_cuda.h): a group per
+ * piece sums into the workspace, then one thread per (long row, column) adds
+ * its pieces in order. */
 #include "tsgu_cuda_dev.cuh"
 
 #define UNROLL 4 /* entries in flight per lane */
