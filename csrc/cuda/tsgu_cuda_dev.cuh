@@ -100,7 +100,8 @@ __device__ __forceinline__ bool piece_range(const I *ptr, int64_t R, int64_t nnz
     return true;
 }
 
-/* lanes given to one entry: the width in packs rounded up to a power of two, at most 32 */
+/* lanes to a group (a row of spmm, an entry of sddmm): the width in packs rounded up
+ * to a power of two, at most 32 */
 static inline int tsgu_lanes_for(int64_t packs)
 {
     int l = 1;
