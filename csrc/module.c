@@ -1191,8 +1191,20 @@ static PyObject *py_use_exchange_api(PyObject *self, PyObject *type)
     return PyBool_FromLong(api != NULL);
 }
 
+/* ---- simd() -> str: which variant of the kernels runs here ("avx2+fma" or "portable") ---- */
+static PyObject *py_simd(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+#if TSGU_X86_CLONES
+    if (tsgu_use_avx2()) return PyUnicode_FromString("avx2+fma");
+#endif
+    return PyUnicode_FromString("portable");
+}
+
 static PyMethodDef methods[] = {
     {"set_exporter", py_set_exporter, METH_O, "set_exporter(fn): fn(tensor) -> DLPack capsule"},
+    {"simd", py_simd, METH_NOARGS, "simd() -> 'avx2+fma' or 'portable': the kernels' variant (TSGU_PORTABLE=1)"},
     {"use_exchange_api", py_use_exchange_api, METH_O,
      "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},

@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 /* status codes: 0 is success, every other value names one problem */
 enum {
@@ -77,13 +78,18 @@ static inline int64_t tsgu_ptr_at(const tsgu_csr *A, int64_t q)
 }
 
 /* x86-64 builds carry AVX2+FMA variants of the kernels beside the portable ones
- * and choose at run time, so one build runs on any x86-64 processor. */
+ * and choose at run time, so one build runs on any x86-64 processor; the
+ * environment variable TSGU_PORTABLE=1 (read once) makes them take the portable
+ * ones, which is how the tests run those on AVX2 machines. */
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define TSGU_X86_CLONES 1
 static inline int tsgu_use_avx2(void)
 {
     static int use = -1;  /* racy first use is harmless: every thread computes the same value */
-    if (use < 0) use = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (use < 0) {
+        const char *portable = getenv("TSGU_PORTABLE");
+        use = !(portable && portable[0] == '1') && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
     return use;
 }
 #else

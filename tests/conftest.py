@@ -627,15 +627,17 @@ def child_env():
     return env
 
 
-def run_child(code: str, timeout: float = 120, memory_limit: Optional[int] = None) -> subprocess.CompletedProcess:
+def run_child(code: str, timeout: float = 120, memory_limit: Optional[int] = None,
+              env: Optional[Dict[str, str]] = None) -> subprocess.CompletedProcess:
     """Run `code` (after CHILD_PRELUDE) in a fresh interpreter, so that a crash
     fails the calling test instead of killing pytest; memory_limit caps the
     address space (RLIMIT_AS, bytes; not under SANITIZED, where ASan's shadow
-    memory needs terabytes of it).  Returns the CompletedProcess (text)."""
+    memory needs terabytes of it); env adds environment variables.  Returns the
+    CompletedProcess (text)."""
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     return subprocess.run([sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=child_env(),
+                          text=True, timeout=timeout, env={**child_env(), **(env or {})},
                           preexec_fn=limit if memory_limit is not None else None)
 
 

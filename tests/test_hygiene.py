@@ -4,13 +4,16 @@ forward and backward detected (or harmless), the same bits for 1 and 2 threads (
 values too, where an op takes them), and malformed structure a ValueError, never a
 crash (run in a child process)."""
 import gc
+import os
 import sys
 from dataclasses import replace
 
 import pytest
 import torch
 
-from conftest import OPS, Spec, child_outcomes, malformed_cases, num_threads, run_case
+from conftest import OPS, Spec, child_outcomes, malformed_cases, num_threads, run_case, run_child
+
+from torchsparsegradutils import _C
 
 INPLACE = "modified by an inplace operation"
 OP_IDS = [op.name for op in OPS]
@@ -170,6 +173,37 @@ def test_same_bits_for_1_and_2_threads(op, dtype):
     assert all(torch.equal(x, y) for x, y in zip(out1, out2))
     assert grads1.keys() == grads2.keys()
     assert all(torch.equal(grads1[k], grads2[k]) for k in grads1)
+
+
+_PORTABLE_CHILD = """
+import sys
+from dataclasses import replace
+sys.path.insert(0, {tests!r})
+from conftest import OPS_BY_NAME, run_case
+assert tsgu._C.simd() == "portable", tsgu._C.simd()
+op = OPS_BY_NAME[{name!r}]
+torch.save(run_case(op.make(replace(op.large, dtype=getattr(torch, {dtype!r})))), {path!r})
+"""
+
+
+@pytest.mark.skipif(_C.simd() == "portable", reason="these kernels are the portable ones already")
+@pytest.mark.parametrize("op,dtype", BITS)
+def test_portable_kernels_agree(op, dtype, tmp_path):
+    """The portable kernels (what an x86-64 processor without AVX2 runs; TSGU_PORTABLE=1
+    here) give the AVX2 kernels' results within the op's tolerance, on op.large."""
+    op.fn()
+    path = str(tmp_path / "portable.pt")
+    r = run_child(_PORTABLE_CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)), name=op.name,
+                                         dtype=dtype, path=path), env={"TSGU_PORTABLE": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    out_p, grads_p = torch.load(path)
+    out, grads = run_case(op.make(replace(op.large, dtype=getattr(torch, dtype))))
+    tol = op.tol[getattr(torch, dtype)]
+    for x, y in zip(out, out_p):
+        torch.testing.assert_close(y, x, **tol)
+    assert grads.keys() == grads_p.keys()
+    for k in grads:
+        torch.testing.assert_close(grads_p[k], grads[k], **tol)
 
 
 MALFORMED_IDS = [(op, name) for op in OPS for name in sorted(malformed_cases(op))]
