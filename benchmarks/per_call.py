@@ -19,11 +19,8 @@ built in place) round by round; ratios are medians over the rounds of each round
 ratio.  Results: benchmarks/results/per_call_{quick,full}.{json,md}.  Timings are
 never asserted on.
 """
-import argparse
 import importlib.util
-import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -108,31 +105,9 @@ def run_here(mode, part, threads):
     return TL.measure_calls(tsgu, cfg) if part == "mm" else measure_trisolve(tsgu, cfg)
 
 
-def run_worker(root, mode, part, threads):
-    """run_here in a fresh process with `root`'s torchsparsegradutils first on the path."""
-    env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS=str(threads))
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, part, str(threads)]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"worker for {root} failed: {r.stderr.strip()[-2000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def measure(mode, threads, rounds, baseline):
-    """{impl: {part: ..}}: this checkout ("after") and, with a baseline, the baseline
-    ("before"), alternating round by round in worker processes."""
-    impls = {"after": ROOT} if not baseline else {"before": os.path.abspath(baseline), "after": ROOT}
-    out = {}
-    for part in PARTS:
-        per_impl = {k: [] for k in impls}
-        for r in range(rounds):
-            for name, root in impls.items():
-                print(f"  {part}: round {r + 1}/{rounds}, {name} ({root})", flush=True)
-                run = run_worker(root, mode, part, threads) if baseline else run_here(mode, part, threads)
-                per_impl[name].append(run)
-        for name in impls:
-            out.setdefault(name, {})[part] = TL._merge(per_impl[name])
-    return out
+    """training_loop's alternating rounds over this benchmark's parts."""
+    return TL.measure(mode, threads, rounds, baseline, parts=PARTS, here=run_here, script=__file__)
 
 
 # --------------------------------------------------------------------------- report
@@ -198,47 +173,9 @@ def _commits(baseline):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer calls and cases; about 10 s")
-    ap.add_argument("--out", default=RESULTS)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 1, 3 with --baseline)")
-    ap.add_argument("--baseline", default=None, help="another checkout (built in place) to compare with")
-    ap.add_argument("--report-only", metavar="JSON", help="rewrite the markdown of a saved run")
-    args = ap.parse_args(argv)
-    if args.report_only:
-        with open(args.report_only) as f:
-            print(write_report(json.load(f), args.report_only[:-len(".json")] + ".md"))
-        return 0
-    mode = "quick" if args.quick else "full"
-    rounds = args.rounds or (3 if args.baseline else 1)
-    torch.set_num_threads(args.threads)
-    t0 = time.time()
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    machine = {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
-               "python": platform.python_version(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
-    print(f"per_call ({mode}): {cpu}, {args.threads} threads, torch {torch.__version__}", flush=True)
-    results = measure(mode, args.threads, rounds, args.baseline)
-    doc = {"mode": mode, "machine": machine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "rounds": rounds, "baseline": args.baseline, "commits": _commits(args.baseline), "config": CASES[mode],
-           "results": results, "seconds": round(time.time() - t0, 1)}
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"per_call_{mode}")
-    with open(stem + ".json", "w") as f:
-        json.dump(doc, f, indent=1)
-    print(write_report(doc, stem + ".md"))
-    print(f"\nwrote {stem}.json and .md in {doc['seconds']:.0f} s")
-    return 0
+    return TL.cli(argv, "per_call", __doc__.split("\n")[0], "fewer calls and cases; about 10 s", CASES, measure,
+                  write_report, extra=lambda args: {"commits": _commits(args.baseline)})
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, w_mode, w_part, w_threads = sys.argv       # PYTHONPATH names the checkout under test
-        print(json.dumps(run_here(w_mode, w_part, int(w_threads))))
-    else:
-        sys.exit(main())
+    sys.exit(TL.entry(run_here, main))

@@ -233,10 +233,11 @@ def run_here(mode, part, threads):
     return measure_calls(tsgu, cfg)
 
 
-def run_worker(root, mode, part, threads):
-    """run_here in a fresh process with `root`'s torchsparsegradutils first on the path."""
+def run_worker(root, mode, part, threads, script=__file__):
+    """run_here of `script` (this file, or another benchmark built on these rounds)
+    in a fresh process with `root`'s torchsparsegradutils first on the path."""
     env = dict(os.environ, PYTHONPATH=root, OMP_NUM_THREADS=str(threads))
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, part, str(threads)]
+    cmd = [sys.executable, os.path.abspath(script), "--worker", mode, part, str(threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=root, timeout=1800)
     if r.returncode != 0:
         raise RuntimeError(f"worker for {root} failed: {r.stderr.strip()[-2000:]}")
@@ -255,20 +256,22 @@ def _merge(rounds):
     return first
 
 
-def measure(mode, threads, rounds, baseline):
-    """{impl: {"step": .., "calls": ..}}: this checkout ("after") and, with a baseline,
-    the baseline ("before"), alternating round by round in worker processes."""
+def measure(mode, threads, rounds, baseline, parts=("step", "calls"), here=None, script=__file__):
+    """{impl: {part: ..}}: this checkout ("after") and, with a baseline, the baseline
+    ("before"), alternating round by round in worker processes; `here` (run_here of
+    `script`) measures one part in this process."""
+    here = here or run_here
     impls = {"after": ROOT} if not baseline else {"before": os.path.abspath(baseline), "after": ROOT}
     out = {}
-    for part in ("step", "calls"):
+    for part in parts:
         per_impl = {k: [] for k in impls}
         for r in range(rounds):
             for name, root in impls.items():
                 print(f"  {part}: round {r + 1}/{rounds}, {name} ({root})", flush=True)
                 if baseline:
-                    per_impl[name].append(run_worker(root, mode, part, threads))
+                    per_impl[name].append(run_worker(root, mode, part, threads, script))
                 else:
-                    per_impl[name].append(run_here(mode, part, threads))
+                    per_impl[name].append(here(mode, part, threads))
         for name in impls:
             out.setdefault(name, {})[part] = _merge(per_impl[name])
     return out
@@ -348,8 +351,15 @@ def write_report(doc, path_md):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small step case, fewer calls; well under a minute")
+    return cli(argv, "training_loop", __doc__.split("\n")[0], "small step case, fewer calls; well under a minute",
+               CASES, measure, write_report)
+
+
+def cli(argv, name, description, quick_help, cases, measure, write_report, extra=lambda args: {}) -> int:
+    """The command line of a benchmark built on these rounds (this one, per_call):
+    measure, then write <name>_<mode>.json and .md; extra(args) adds to the JSON."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--quick", action="store_true", help=quick_help)
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 1, 3 with --baseline)")
@@ -372,13 +382,13 @@ def main(argv=None) -> int:
         pass
     machine = {"cpu": cpu, "cores": os.cpu_count(), "threads": args.threads, "torch": torch.__version__,
                "python": platform.python_version(), "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
-    print(f"training_loop ({mode}): {cpu}, {args.threads} threads, torch {torch.__version__}", flush=True)
+    print(f"{name} ({mode}): {cpu}, {args.threads} threads, torch {torch.__version__}", flush=True)
     results = measure(mode, args.threads, rounds, args.baseline)
     doc = {"mode": mode, "machine": machine, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "rounds": rounds, "baseline": args.baseline, "config": CASES[mode], "results": results,
-           "seconds": round(time.time() - t0, 1)}
+           "rounds": rounds, "baseline": args.baseline, **extra(args), "config": cases[mode],
+           "results": results, "seconds": round(time.time() - t0, 1)}
     os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"training_loop_{mode}")
+    stem = os.path.join(args.out, f"{name}_{mode}")
     with open(stem + ".json", "w") as f:
         json.dump(doc, f, indent=1)
     print(write_report(doc, stem + ".md"))
@@ -386,9 +396,15 @@ def main(argv=None) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def entry(run_here, main) -> int:
+    """A benchmark script's entry (this one's, per_call's): a worker of measure's rounds
+    (`--worker mode part threads`, printing run_here's JSON), or the command line."""
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _, _, w_mode, w_part, w_threads = sys.argv       # PYTHONPATH names the checkout under test
         print(json.dumps(run_here(w_mode, w_part, int(w_threads))))
-    else:
-        sys.exit(main())
+        return 0
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(entry(run_here, main))
