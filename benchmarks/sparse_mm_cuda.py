@@ -26,7 +26,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from torchsparsegradutils import _csr, _cuda, _kernels, sparse_mm  # noqa: E402
+from torchsparsegradutils import _C, _backends, sparse_mm  # noqa: E402
+from torchsparsegradutils._core import native  # noqa: E402
+from torchsparsegradutils._core.intake import as_csr  # noqa: E402
 
 DEV = "cuda"
 TARGETS = {"fwd": 1.2, "sddmm": 1.3, "fwd+bwd": 1.5, "memory": 1.2}
@@ -144,11 +146,11 @@ def torch_fwd_bwd(A, B, G):
 
 
 def fallback_fwd_bwd(A, B, G):
-    _cuda.enabled = False
+    native.cuda_enabled = False
     try:
         ours_fwd_bwd(A, B, G)
     finally:
-        _cuda.enabled = True
+        native.cuda_enabled = True
 
 
 def run_case(name, idx, n, p, reps, gen):
@@ -158,18 +160,18 @@ def run_case(name, idx, n, p, reps, gen):
     csr = coo.to_sparse_csr()
     B = torch.randn(n, p, device=DEV, generator=gen)
     G = torch.randn(n, p, device=DEV, generator=gen)
-    view = _csr.as_csr(csr)
+    view = as_csr(csr)
     r = {"matrix": name, "n": n, "nnz": nnz, "p": p, "max_row": int((view.ptr[1:] - view.ptr[:-1]).max()),
          "timing": {}, "memory": {}, "check": {}}
     # correctness against PyTorch, once
     C_ref = torch.sparse.mm(csr, B)
     r["check"]["fwd_rel_err"] = float((sparse_mm(csr, B) - C_ref).norm() / C_ref.norm())
     ref_gA = torch.sparse.sampled_addmm(csr, G, B.t(), beta=0.0).values()
-    r["check"]["sddmm_rel_err"] = float((_kernels.sddmm(view, G, B) - ref_gA).norm() / ref_gA.norm())
+    r["check"]["sddmm_rel_err"] = float((_backends.sddmm(view, G, B) - ref_gA).norm() / ref_gA.norm())
     tm = r["timing"]
     tm["fwd ours"] = timed(lambda: sparse_mm(csr, B), reps)
     tm["fwd cusparse"] = timed(lambda: torch.sparse.mm(csr, B), reps)
-    tm["sddmm ours"] = timed(lambda: _kernels.sddmm(view, G, B), reps)
+    tm["sddmm ours"] = timed(lambda: _backends.sddmm(view, G, B), reps)
     tm["sddmm sampled_addmm"] = timed(lambda: torch.sparse.sampled_addmm(csr, G, B.t(), beta=0.0), reps)
     Bg = B.clone().requires_grad_()
     for label, A, fn in [("ours csr", csr, ours_fwd_bwd), ("ours coo", coo, ours_fwd_bwd),
@@ -256,7 +258,7 @@ def main():
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to measure")
         return
-    if not _cuda.BUILT:
+    if not _C.cuda:
         sys.exit("this build has no CUDA kernels (nvcc was not found when it was built)")
     gen = torch.Generator(device=DEV).manual_seed(0)
     if args.quick:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from torchsparsegradutils import SparseCSR, _ops, gather_mm, segment_mm, sparse_bidir_logsumexp, sparse_logsumexp
-from torchsparsegradutils._csr import as_csr
+from torchsparsegradutils._core.intake import as_csr
 
 OPS = [torch.ops.tsgu.spmm.default, torch.ops.tsgu.spmm_t.default, torch.ops.tsgu.sddmm.default]
 

@@ -6,7 +6,7 @@ from autograd through that loop.  The helpers here serve test_segment_mm too.
 import pytest
 import torch
 
-from torchsparsegradutils import _C, _kernels, gather_mm
+from torchsparsegradutils import _C, _backends, gather_mm
 
 HAS_CUDA = torch.cuda.is_available()
 DTYPES = [torch.float32, torch.float64]
@@ -76,7 +76,7 @@ def check_inplace_detected(op, a, b, groups):
 @pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
 def path(request, monkeypatch):
     """Run a test through the C kernels, or through the PyTorch-ops path that CUDA takes."""
-    monkeypatch.setattr(_kernels, "_force_torch_ops", request.param)
+    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
     return request.param
 
 

@@ -292,12 +292,12 @@ def test_lsmr_row_rhs():
 # ---------------------------------------------------------------- the C loops (csrc/cg.c, minres.c)
 def _both_paths(monkeypatch, run):
     """run() on the C loop (a sparse CPU operator) and on the torch loop (forced with
-    _kernels._force_torch_ops, which sends the products through torch ops instead)."""
-    from torchsparsegradutils import _kernels
+    _backends.force_torch_ops, which sends the products through torch ops instead)."""
+    from torchsparsegradutils import _backends
     c = run()
-    monkeypatch.setattr(_kernels, "_force_torch_ops", True)
+    monkeypatch.setattr(_backends, "force_torch_ops", True)
     t = run()
-    monkeypatch.setattr(_kernels, "_force_torch_ops", False)
+    monkeypatch.setattr(_backends, "force_torch_ops", False)
     return c, t
 
 

@@ -7,7 +7,7 @@ gradient at their positions.  The helpers here serve test_sparse_bidir_logsumexp
 import pytest
 import torch
 
-from torchsparsegradutils import _C, _kernels, sparse_csr_tensor, sparse_logsumexp
+from torchsparsegradutils import _C, _backends, sparse_csr_tensor, sparse_logsumexp
 
 HAS_CUDA = torch.cuda.is_available()
 DTYPES = [torch.float32, torch.float64]
@@ -75,7 +75,7 @@ def dense_grad_at_entries(D, A, fn):
 @pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
 def path(request, monkeypatch):
     """Run a test through the C kernels, or through the PyTorch-ops path that CUDA takes."""
-    monkeypatch.setattr(_kernels, "_force_torch_ops", request.param)
+    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
     return request.param
 
 
@@ -206,7 +206,7 @@ def test_column_chunks_match_reference(include_zeros, monkeypatch):
     A = torch.sparse_coo_tensor(idx, vals, (b, n, m)).coalesce()
     results = []
     for force in (False, True):
-        monkeypatch.setattr(_kernels, "_force_torch_ops", force)
+        monkeypatch.setattr(_backends, "force_torch_ops", force)
         v = A.values().clone().requires_grad_()
         out = sparse_logsumexp(torch.sparse_coo_tensor(A.indices(), v, A.shape, is_coalesced=True), 1,
                                include_zeros=include_zeros)

@@ -12,7 +12,7 @@ import torch
 from conftest import HALF_DTYPES, LAYOUTS, SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
 
 import torchsparsegradutils as tsgu
-from torchsparsegradutils import _kernels, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils import _backends, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -81,9 +81,9 @@ SHAPES = [(7, 5, 3, 12), (5, 9, 1, 10), (30, 40, 17, 200), (4, 4, 0, 5), (6, 3, 
 def path(request):
     """Run each correctness test through the C kernels and through the torch-ops
     path that non-CPU tensors take (exercised here on CPU)."""
-    _kernels._force_torch_ops = request.param == "torch_ops"
+    _backends.force_torch_ops = request.param == "torch_ops"
     yield request.param
-    _kernels._force_torch_ops = False
+    _backends.force_torch_ops = False
 
 
 @pytest.mark.parametrize("layout,batched,itype", GRID)
@@ -259,7 +259,7 @@ def test_sparse_coo_tensor_same_pattern_is_not_searched(monkeypatch):
     """On a sorted, unique index array (an edge list), sparse_mm's gradient comes back on
     the same indices and the constructor hands its values over without any look-up;
     a dense gradient or another pattern goes through the look-up."""
-    import torchsparsegradutils.sparse_tensor as st
+    import torchsparsegradutils._core.view as st
     A, B, _, D = make_case("coo", False, 30, 20, 4, 80, torch.float64, torch.int64, seed=5)
     idx = A._indices()
     v = A._values().clone().requires_grad_()
@@ -284,7 +284,7 @@ def test_sparse_coo_tensor_same_pattern_is_not_searched(monkeypatch):
 
 def test_sparse_csr_tensor_with_other_gradients():
     """A gradient that arrives dense, or on another sparse pattern, is gathered at the pattern."""
-    from torchsparsegradutils.sparse_tensor import _values_at_pattern
+    from torchsparsegradutils._core.view import values_at_pattern
     A, _, _, D = make_case("csr", False, 5, 6, 2, 8, torch.float64, torch.int64, seed=4)
     v = A.values().clone().requires_grad_()
     S = sparse_csr_tensor(A.crow_indices(), A.col_indices(), v, A.shape)
@@ -296,10 +296,10 @@ def test_sparse_csr_tensor_with_other_gradients():
     # batched pattern (torch cannot differentiate to_dense of batched CSR; call the mapping directly)
     Ab, _, _, Db = make_case("csr", True, 5, 6, 2, 8, torch.float64, torch.int64, seed=4)
     Wb = torch.randn(Db.shape, dtype=torch.float64)
-    got = _values_at_pattern(Wb, Ab.crow_indices(), Ab.col_indices())
+    got = values_at_pattern(Wb, Ab.crow_indices(), Ab.col_indices())
     torch.testing.assert_close(got, Wb[Db != 0].reshape(Ab.values().shape))
     Wsp = (Wb * (torch.rand(Db.shape) < 0.5)).to_sparse()   # another sparse pattern
-    got = _values_at_pattern(Wsp, Ab.crow_indices(), Ab.col_indices())
+    got = values_at_pattern(Wsp, Ab.crow_indices(), Ab.col_indices())
     torch.testing.assert_close(got, Wsp.to_dense()[Db != 0].reshape(Ab.values().shape))
 
 
@@ -607,7 +607,7 @@ def test_version_and_exports():
 @pytest.mark.parametrize("batched", [False, True])
 def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batched):
     """The grad_B transpose (parallel counting sort) equals a stable sort by column."""
-    from torchsparsegradutils._csr import as_csr
+    from torchsparsegradutils._core.intake import as_csr
     # large enough that two threads each take a chunk (cost > 2 * 2**18)
     A, _, _, D = make_case("csr", batched, 800, 700, 1, 540000, torch.float32, itype, seed=9)
     view = as_csr(A)
@@ -621,7 +621,7 @@ def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batch
     try:
         for t in (1, 2):
             torch.set_num_threads(t)
-            tptr, trow, tperm = _kernels.transpose_pattern(view)
+            tptr, trow, tperm = _backends.cpu.transpose_pattern(view)
             assert tptr.dtype == trow.dtype == tperm.dtype == itype
             assert torch.equal(tptr.long(), expect_ptr)
             assert torch.equal(tperm.long(), order)
@@ -1063,10 +1063,10 @@ def _check_coo_product(idx, vals, B, shape):
 @pytest.fixture
 def structures():
     """The cache of coalesced structures, emptied before and after the test."""
-    from torchsparsegradutils import _csr
-    _csr._STRUCTURES.clear()
-    yield _csr._STRUCTURES
-    _csr._STRUCTURES.clear()
+    from torchsparsegradutils._core.intake import CPU_STRUCTURES
+    CPU_STRUCTURES.entries.clear()
+    yield CPU_STRUCTURES.entries
+    CPU_STRUCTURES.entries.clear()
 
 
 def test_unflagged_sorted_coo_needs_no_structure(structures):
@@ -1148,7 +1148,7 @@ def test_structure_cache_keeps_nothing_alive_and_stays_bounded(structures):
     import gc
     import weakref
 
-    from torchsparsegradutils import _csr
+    from torchsparsegradutils._core.intake import CPU_STRUCTURES
     n, m = 20, 20
     B = torch.randn(m, 2, dtype=torch.float64)
     idx = _unsorted_coo_indices(n, m, 50, 2)
@@ -1158,11 +1158,11 @@ def test_structure_cache_keeps_nothing_alive_and_stays_bounded(structures):
     del idx, A
     gc.collect()
     assert all(r() is None for r in refs)
-    alive = [_unsorted_coo_indices(n, m, 50, 10 + k) for k in range(3 * _csr._MAX_STRUCTURES)]
+    alive = [_unsorted_coo_indices(n, m, 50, 10 + k) for k in range(3 * CPU_STRUCTURES.size)]
     for k, ix in enumerate(alive):
         sparse_mm(torch.sparse_coo_tensor(ix, torch.randn(50, dtype=torch.float64), (n, m)), B)
-        assert len(structures) <= _csr._MAX_STRUCTURES
-        assert all(not s.storage.expired() for s in structures.values())
+        assert len(structures) <= CPU_STRUCTURES.size
+        assert all(not r.expired() for refs, _ in structures.values() for r in refs)
 
 
 @pytest.mark.parametrize("batched", [False, True])
@@ -1236,7 +1236,7 @@ def test_forward_mode_ad_still_refused():
 def test_kernels_take_the_registered_exporter():
     """Tensors reach C through torch.utils.dlpack.to_dlpack; plain() guarantees what
     that export does not check (no gradient, no negation bit)."""
-    from torchsparsegradutils._csr import plain
+    from torchsparsegradutils._core.view import plain
     x = torch.randn(3, requires_grad=True)
     assert not plain(x).requires_grad
     neg = torch._neg_view(torch.tensor([1.0, -2.0]))

@@ -9,7 +9,8 @@ import torch
 from test_sparse_mm import (GRID, HALF, ROUNDED_TOL, SHAPES, TOL, check_against_dense, float64_reference,
                             grads_of, make_case, rounded_case)
 
-from torchsparsegradutils import SparseCSR, _cuda, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils import SparseCSR, _C, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils._core import native
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -19,9 +20,9 @@ DEV = "cuda"
 @pytest.fixture(params=["cuda_kernels", "torch_ops"])
 def path(request, monkeypatch):
     """Each test through our CUDA kernels and through the torch-ops fallback."""
-    if request.param == "cuda_kernels" and not _cuda.BUILT:
+    if request.param == "cuda_kernels" and not _C.cuda:
         pytest.skip("built without nvcc: no CUDA kernels")
-    monkeypatch.setattr(_cuda, "enabled", request.param == "cuda_kernels")
+    monkeypatch.setattr(native, "cuda_enabled", request.param == "cuda_kernels")
     return request.param
 
 
@@ -61,7 +62,7 @@ def test_noncontiguous_and_expanded_operands(path, layout, batched):
 
 
 def long_rows_case(dtype, itype, batched):
-    """A with rows and columns far longer than _cuda.LONG_ROW (the plan's pieces, in
+    """A with rows and columns far longer than _core.intake.LONG_ROW (the plan's pieces, in
     sparse_mm and in A^T @ G) beside short and empty ones."""
     gen = torch.Generator().manual_seed(7)
     b, n, m = (2 if batched else 1), 700, 900
@@ -164,7 +165,7 @@ MALFORMED = [
 
 @pytest.mark.parametrize("crow,col,message", MALFORMED)
 def test_malformed_csr_raises(crow, col, message):
-    if not _cuda.BUILT:
+    if not _C.cuda:
         pytest.skip("the torch-ops fallback relies on torch's own checks")
     crow, col = torch.tensor(crow, device=DEV), torch.tensor(col, device=DEV)
     A = torch.sparse_csr_tensor(crow, col, torch.ones(col.numel(), device=DEV), (2, 3), check_invariants=False)
@@ -173,7 +174,7 @@ def test_malformed_csr_raises(crow, col, message):
 
 
 def test_malformed_batched_csr_end_raises():
-    if not _cuda.BUILT:
+    if not _C.cuda:
         pytest.skip("the torch-ops fallback relies on torch's own checks")
     crow = torch.tensor([[0, 1, 2], [0, 1, 1]], device=DEV)       # item 1 ends at 1, not nnz = 2
     col = torch.tensor([[0, 1], [0, 1]], device=DEV)
@@ -192,7 +193,7 @@ def test_malformed_coo_raises(path, coalesced):
 
 
 def test_coo_flagged_coalesced_but_unsorted_raises():
-    if not _cuda.BUILT:
+    if not _C.cuda:
         pytest.skip("the torch-ops fallback trusts the flag")
     idx = torch.tensor([[1, 0], [0, 2]], device=DEV)
     A = torch.sparse_coo_tensor(idx, torch.ones(2, device=DEV), (2, 3), is_coalesced=True)
@@ -203,15 +204,15 @@ def test_coo_flagged_coalesced_but_unsorted_raises():
 def test_structure_checked_once_per_adjacency():
     """A training loop reuses its adjacency: the structure is checked (and the device
     waited for) once, not every step; a new index tensor is checked again."""
-    if not _cuda.BUILT:
+    if not _C.cuda:
         pytest.skip("no CUDA kernels")
     A, B, G, _ = on_device(*make_case("coo_unflagged", False, 50, 40, 8, 300, torch.float32, torch.int64))
     A.requires_grad_()
     grads_of(A, B, G)
     calls = []
-    real = _cuda._C.cuda_coo_check
+    real = _C.cuda_coo_check
     try:
-        _cuda._C.cuda_coo_check = lambda *a: calls.append(1) or real(*a)
+        _C.cuda_coo_check = lambda *a: calls.append(1) or real(*a)
         for _ in range(3):
             grads_of(A, B, G)
         assert calls == []
@@ -219,7 +220,7 @@ def test_structure_checked_once_per_adjacency():
         grads_of(A2, B, G)
         assert calls == [1]
     finally:
-        _cuda._C.cuda_coo_check = real
+        _C.cuda_coo_check = real
 
 
 @pytest.mark.parametrize("layout", ["coo", "csr"])

@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import FULL_RANK_LAYOUTS, dense_trisolve, num_threads, seeded, to_sparse, tri_dense
 
-from torchsparsegradutils import SparseCSR, _kernels, sparse_csr_tensor, sparse_triangular_solve
+from torchsparsegradutils import SparseCSR, _backends, sparse_csr_tensor, sparse_triangular_solve
 from torchsparsegradutils.utils import rand_sparse_tri
 
 HAS_CUDA = torch.cuda.is_available()
@@ -118,7 +118,7 @@ def test_thread_count_same_bits(p, transpose):
 @pytest.mark.parametrize("transpose", [False, True])
 def test_torch_ops_path_matches_dense(monkeypatch, batched, upper, transpose):
     """The non-CPU path (torch.triangular_solve on CSR), run on CPU tensors."""
-    monkeypatch.setattr(_kernels, "_force_torch_ops", True)
+    monkeypatch.setattr(_backends, "force_torch_ops", True)
     gen = torch.Generator().manual_seed(3)
     for unit in (False, True):
         D = tri_dense(2, 8, upper, unit, torch.float64, gen)
@@ -212,7 +212,7 @@ def _csr(crow, col, vals, n):
 ])
 @pytest.mark.parametrize("force_torch", [False, True])
 def test_structure_errors(monkeypatch, A, kwargs, match, force_torch):
-    monkeypatch.setattr(_kernels, "_force_torch_ops", force_torch)
+    monkeypatch.setattr(_backends, "force_torch_ops", force_torch)
     vals = A.values().clone()
     with pytest.raises(ValueError, match=match):
         sparse_triangular_solve(A, torch.ones(2, 1), **kwargs)

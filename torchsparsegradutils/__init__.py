@@ -2,7 +2,7 @@
 
 Hot loops are C kernels (csrc/) reached through DLPack; see README.md.
 """
-from ._csr import SparseCSR
+from ._core.sparse_csr import SparseCSR
 from .sparse_matmul import sparse_mm
 from .sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 from .sparse_solve import sparse_triangular_solve, sparse_generic_solve

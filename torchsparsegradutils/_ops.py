@@ -1,14 +1,14 @@
 """The kernels as PyTorch custom operators (torch.library), differentiable to any order.
 
 With S the pattern of a sparse operand (row pointers `ptr`, columns `col`, and
-`rows` for a hypersparse COO view, see _csr.CSRView) of shape `shape` holding
+`rows` for a hypersparse COO view, see _core/view.py) of shape `shape` holding
 values `a` (one entry per stored position):
     tsgu::spmm(a, X)   = S(a) X
     tsgu::spmm_t(a, Y) = S(a)^T Y
     tsgu::sddmm(U, V)  = (dot(U[i,:], V[j,:]) at every stored (i, j))
     tsgu::trisolve(a, B) = M^{-1} B,  M = S(a) triangular (or S(a)^T with transpose)
     tsgu::lse(a)         = log-sum-exp of S(a) by rows, columns, both or whole items
-                           (see _kernels.lse): L, one value per group
+                           (see _backends.lse): L, one value per group
     tsgu::lse_grad(a, L, G)[e] = sum over the groups of entry e of G * exp(a[e] - L)
     tsgu::lse_wsum(a, L, u)[group] = sum over the group's entries e of u[e] * exp(a[e] - L)
 and, for rows i of a dense `a` grouped by relation r(i) (offsets `off`, row order
@@ -35,48 +35,29 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _kernels, _solve_kernels
-from ._csr import CSRView
-
-
-def view_of(ptr: Tensor, col: Tensor, values: Optional[Tensor], rows: Optional[Tensor], shape) -> CSRView:
-    """The CSRView of a pattern given as an op's arguments (inverse of op_args); an op
-    may be handed any strides, so the arrays go through _kernels.kernel_array."""
-    ka = _kernels.kernel_array
-    ptr, col = ka(ptr), ka(col)
-    values = None if values is None else ka(values)
-    shape = torch.Size(shape)
-    if rows is not None:                       # one matrix of A's non-empty rows
-        batch, nrows, ncols = 1, rows.shape[0], (shape[0] if len(shape) == 3 else 1) * shape[-1]
-    else:
-        batch, nrows, ncols = (shape[0] if len(shape) == 3 else 1), shape[-2], shape[-1]
-    return CSRView(ptr, col, values, batch, nrows, ncols, shape, None, rows)
-
-
-def op_args(view: CSRView):
-    """(ptr, col, rows, shape): the pattern of a view as an op takes it."""
-    return view.ptr, view.col, view.rows, list(view.shape)
+from . import _backends
+from ._core.view import CSRView, op_args, view_of
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
 def _spmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, X: Tensor) -> Tensor:
-    return _kernels.spmm(view_of(ptr, col, a, rows, shape), X)
+    return _backends.spmm(view_of(ptr, col, a, rows, shape), X)
 
 
 @torch.library.custom_op("tsgu::spmm_t", mutates_args=())
 def _spmm_t(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, Y: Tensor) -> Tensor:
-    return _kernels.spmm_t(view_of(ptr, col, a, rows, shape), Y)
+    return _backends.spmm_t(view_of(ptr, col, a, rows, shape), Y)
 
 
 @torch.library.custom_op("tsgu::sddmm", mutates_args=())
 def _sddmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], U: Tensor, V: Tensor) -> Tensor:
-    return _kernels.sddmm(view_of(ptr, col, None, rows, shape), U, V)
+    return _backends.sddmm(view_of(ptr, col, None, rows, shape), U, V)
 
 
 @torch.library.custom_op("tsgu::trisolve", mutates_args=())
 def _trisolve(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, B: Tensor,
               upper: bool, unitriangular: bool, transpose: bool) -> Tensor:
-    return _solve_kernels.trisolve(view_of(ptr, col, a, rows, shape), B, upper, unitriangular, transpose)
+    return _backends.trisolve(view_of(ptr, col, a, rows, shape), B, upper, unitriangular, transpose)
 
 
 @_trisolve.register_fake
@@ -180,17 +161,17 @@ def sddmm(view: CSRView, U: Tensor, V: Tensor) -> Tensor:
 
 @torch.library.custom_op("tsgu::lse", mutates_args=())
 def _lse(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, mode: str, include_zeros: bool) -> Tensor:
-    return _kernels.lse(view_of(ptr, col, a, None, shape), mode, include_zeros, False)
+    return _backends.lse(view_of(ptr, col, a, None, shape), mode, include_zeros, False)
 
 
 @torch.library.custom_op("tsgu::lse_grad", mutates_args=())
 def _lse_grad(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, out: Tensor, G: Tensor, mode: str) -> Tensor:
-    return _kernels.lse_grad(view_of(ptr, col, a, None, shape), out, G, mode, False)
+    return _backends.lse_grad(view_of(ptr, col, a, None, shape), out, G, mode, False)
 
 
 @_lse.register_fake
 def _(ptr, col, shape, a, mode, include_zeros):
-    return a.new_empty(_kernels.lse_shape(shape, mode, False))
+    return a.new_empty(_backends.lse_shape(shape, mode, False))
 
 
 @_lse_grad.register_fake
@@ -200,7 +181,7 @@ def _(ptr, col, shape, a, out, G, mode):
 
 @torch.library.custom_op("tsgu::lse_wsum", mutates_args=())
 def _lse_wsum(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, out: Tensor, u: Tensor, mode: str) -> Tensor:
-    return _kernels.lse_wsum(view_of(ptr, col, a, None, shape), out, u, mode)
+    return _backends.lse_wsum(view_of(ptr, col, a, None, shape), out, u, mode)
 
 
 @_lse_wsum.register_fake
@@ -252,26 +233,26 @@ _lse_wsum.register_autograd(_lse_wsum_backward, setup_context=_lse_pair_setup)
 
 
 def lse(view: CSRView, a: Tensor, mode: str, include_zeros: bool) -> Tensor:
-    """Log-sum-exp of S(a) on view's pattern (mode and shapes: _kernels.lse), differentiable in a."""
+    """Log-sum-exp of S(a) on view's pattern (mode and shapes: _backends.lse), differentiable in a."""
     return _lse(view.ptr, view.col, list(view.shape), a, mode, include_zeros)
 
 
 @torch.library.custom_op("tsgu::group_rows", mutates_args=())
 def group_rows(idx: Tensor, R: int) -> Tuple[Tensor, Tensor]:
     """(off (R+1,), perm (n,)): the rows grouped by relation idx[i] in [0, R)."""
-    return _kernels.group_rows(idx, R)
+    return _backends.group_rows(idx, R)
 
 
 @torch.library.custom_op("tsgu::grouped_mm", mutates_args=())
 def grouped_mm(off: Tensor, perm: Optional[Tensor], a: Tensor, M: Tensor) -> Tensor:
     """out[i] = a[i] @ M[r(i)], differentiable in a and M."""
-    return _kernels.grouped_mm(off, perm, a, M)
+    return _backends.grouped_mm(off, perm, a, M)
 
 
 @torch.library.custom_op("tsgu::grouped_mm_tn", mutates_args=())
 def grouped_mm_tn(off: Tensor, perm: Optional[Tensor], a: Tensor, G: Tensor) -> Tensor:
     """out[r] = sum over the rows i of group r of a[i]^T G[i], differentiable in a and G."""
-    return _kernels.grouped_mm_tn(off, perm, a, G)
+    return _backends.grouped_mm_tn(off, perm, a, G)
 
 
 @group_rows.register_fake

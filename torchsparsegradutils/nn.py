@@ -8,7 +8,9 @@ from typing import Optional
 
 import torch
 
-from ._csr import SparseCSR, as_csr, entry_rows
+from ._core.intake import as_csr
+from ._core.sparse_csr import SparseCSR
+from ._core.view import entry_rows
 from .sparse_matmul import sparse_mm
 from .utils.utils import _compress_row_indices
 

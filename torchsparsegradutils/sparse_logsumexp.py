@@ -6,7 +6,7 @@ the CSR view of its transpose, rows and columns swapped).  On CPU the kernels
 are csrc/lse_rows.c (per row, and per whole item), csrc/lse_cols.c (per column,
 no transpose, no atomics) and csrc/lse_grad.c (the values gradient
 ``G[group] * exp(v - lse[group])`` written straight into place), called through
-_kernels.lse / lse_grad.  Other devices (CUDA) take the same steps through PyTorch
+_backends.lse / lse_grad.  Other devices (CUDA) take the same steps through PyTorch
 scatter ops.  A SparseCSR input goes through the custom operators tsgu::lse and
 tsgu::lse_grad (_ops.py), which torch.compile traces; a torch sparse tensor through
 the autograd Function SparseLogSumExp, run eagerly.
@@ -16,9 +16,11 @@ from typing import Literal, Sequence, Union
 import torch
 from torch import Tensor
 
-from . import _kernels, _ops
-from ._csr import SparseCSR, as_csr, load_operand, save_operand
-from ._validate import eager_only
+from . import _backends, _ops
+from ._core.intake import as_csr
+from ._core.saved import load_operand, save_operand
+from ._core.sparse_csr import SparseCSR
+from ._core.validate import eager_only
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
 
@@ -169,7 +171,7 @@ def _bidir_batched(input, include_zeros: bool):
 
 
 def _reduce(input, mode: str, include_zeros: bool) -> Tensor:
-    """The log-sum-exp with a batch axis (shapes: _kernels.lse_shape): a SparseCSR
+    """The log-sum-exp with a batch axis (shapes: _backends.lse_shape): a SparseCSR
     through the custom op (traced by torch.compile), a torch sparse tensor eagerly."""
     if isinstance(input, SparseCSR):
         return _ops.lse(input.view(), input.values, mode, include_zeros)
@@ -210,14 +212,14 @@ def _constant_dim(d, ndim: int) -> int:
 
 
 class SparseLogSumExp(torch.autograd.Function):
-    """The eager path of a torch sparse (b, n, m) or (n, m) input: _kernels.lse of its CSR
+    """The eager path of a torch sparse (b, n, m) or (n, m) input: _backends.lse of its CSR
     view (CSC read transposed), always with a batch axis in the output (see
-    _kernels.lse_shape), and the values gradient on the input's pattern."""
+    _backends.lse_shape), and the values gradient on the input's pattern."""
 
     @staticmethod
     def forward(ctx, input, mode, include_zeros):
         view, transposed = _row_view(input.detach())
-        out = _kernels.lse(view, mode, include_zeros, transposed)
+        out = _backends.lse(view, mode, include_zeros, transposed)
         if ctx.needs_input_grad[0]:
             # the values as they were (an in-place edit before backward raises), and the output
             save_operand(ctx, input, view, True, out)
@@ -228,7 +230,7 @@ class SparseLogSumExp(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, G):
         view, _, (out,) = load_operand(ctx)
-        grad = view.grad_like(_kernels.lse_grad(view, out, G, ctx.mode, ctx.transposed))
+        grad = view.grad_like(_backends.lse_grad(view, out, G, ctx.mode, ctx.transposed))
         return (grad.transpose(-2, -1) if ctx.transposed else grad), None, None
 
 

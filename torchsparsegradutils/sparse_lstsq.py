@@ -4,11 +4,14 @@ from typing import Callable, Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _kernels
-from ._csr import as_csr, load_operand, save_operand
-from ._validate import check_system, eager_only
+from . import _backends
+from ._core.intake import as_csr
+from ._core.saved import load_operand, save_operand
+from ._core.validate import check_system, eager_only
 from .sparse_matmul import sparse_mm
 from .sparse_solve import solver_result
+from .utils.lsmr import lsmr
+from .utils._operator import as_matmul, as_rmatmul
 
 
 @eager_only
@@ -72,13 +75,10 @@ def _lsmr_options(A: torch.Tensor, n: int) -> dict:
 
 
 def _default_lstsq(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    from .utils import lsmr
     return lsmr(A, B, **_lsmr_options(A, A.shape[1]))[0]
 
 
 def _default_transpose_lstsq(A: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
-    from .utils import lsmr
-    from .utils._operator import as_matmul, as_rmatmul
     Av, Atv = as_matmul(A), as_rmatmul(A, None)
     return lsmr(Atv, G, Armat=Av, n=A.shape[0], **_lsmr_options(A, A.shape[1]))[0]
 
@@ -113,6 +113,6 @@ class SparseGenericLstsq(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             Y = _solve(lstsq, A, grad_B, A.shape[1])
             R = B - sparse_mm(A, X)
-            g = _kernels.sddmm(view, R, Y) - _kernels.sddmm(view, grad_B, X)
+            g = _backends.sddmm(view, R, Y) - _backends.sddmm(view, grad_B, X)
             grad_A = view.grad_like(g)
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None

@@ -1,9 +1,11 @@
 """sparse_mm: sparse A times dense B, with a gradient for A that stays sparse."""
 import torch
 
-from . import _kernels, _ops
-from ._csr import SparseCSR, as_csr, load_operand, save_operand
-from ._validate import MM_DTYPES, check_operands, eager_only, records_graph
+from . import _backends, _ops
+from ._core.intake import as_csr
+from ._core.saved import load_operand, save_operand
+from ._core.sparse_csr import SparseCSR
+from ._core.validate import MM_DTYPES, check_operands, eager_only, records_graph
 
 
 def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
@@ -62,9 +64,7 @@ def sparse_mm(A, B: torch.Tensor) -> torch.Tensor:
     if torch.compiler.is_compiling() or records_graph(values, B):
         return _ops.spmm(A.view(), values, B)
     # what the custom operator runs, without its dispatch (nothing to trace or record)
-    if _kernels._use_c(values, B):
-        return _spmm_c(A.crow_indices, A.col_indices, values, shape, B)
-    return _kernels.spmm(_ops.view_of(A.crow_indices, A.col_indices, values, None, shape), B)
+    return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B)
 
 
 @eager_only
@@ -72,14 +72,8 @@ def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
     shape = _check(A, B)
     if records_graph(A, B):
         return SparseMatMul.apply(A, B)
-    # what the Function's forward does; on CPU on A's own arrays, without building its view
-    if _kernels._use_c(A, B):
-        if A.layout is torch.sparse_csr:
-            return _spmm_c(A.crow_indices(), A.col_indices(), A.values(), shape, B)
-        C = _kernels.spmm_coo_c(A._indices(), A._values(), shape, B)
-        if C is not None:
-            return C
-    return _kernels.spmm(as_csr(A, compress_rows=True), B)
+    # what the Function's forward does, without its view where the route allows
+    return _backends.spmm_tensor(A, B, shape)
 
 
 def _check(A, B):
@@ -90,20 +84,13 @@ def _check(A, B):
     return a_shape
 
 
-def _spmm_c(ptr, col, values, shape, B: torch.Tensor) -> torch.Tensor:
-    """A @ B on CPU for the CSR arrays of an A of shape `shape`, taken as they are
-    (any strides; the kernel checks their structure)."""
-    ka = _kernels.kernel_array
-    return _kernels.spmm_c(ka(ptr), ka(col), ka(values), shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
-
-
 class SparseMatMul(torch.autograd.Function):
     """The autograd Function behind :func:`sparse_mm` (validate with sparse_mm first)."""
 
     @staticmethod
     def forward(ctx, A, B):
         view = as_csr(A, compress_rows=True)         # reads A (no graph is recorded in forward)
-        C = _kernels.spmm(view, B)
+        C = _backends.spmm(view, B)
         # grad_B = A^T G reads A's values; grad_A reads only the pattern
         save_operand(ctx, A, view, ctx.needs_input_grad[1], B if ctx.needs_input_grad[0] else None)
         return C
@@ -119,9 +106,9 @@ class SparseMatMul(torch.autograd.Function):
                 grad_B = _ops.spmm_t(view, _values_of(A, view.values), G)
             return grad_A, grad_B
         if ctx.needs_input_grad[0]:
-            grad_A = view.grad_like(_kernels.sddmm(view, G, B))
+            grad_A = view.grad_like(_backends.sddmm(view, G, B))
         if ctx.needs_input_grad[1]:
-            grad_B = _kernels.spmm_t(view, G)
+            grad_B = _backends.spmm_t(view, G)
         return grad_A, grad_B
 
 

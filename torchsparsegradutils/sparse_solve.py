@@ -10,9 +10,12 @@ from typing import Callable, Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from . import _kernels, _ops, _solve_kernels
-from ._csr import SparseCSR, as_csr, load_operand, save_operand
-from ._validate import check_operands, check_system, eager_only, error, records_graph
+from . import _backends, _ops
+from ._core.intake import as_csr
+from ._core.saved import load_operand, save_operand
+from ._core.sparse_csr import SparseCSR
+from ._core.validate import check_operands, check_system, eager_only, error, records_graph
+from .utils.minres import minres
 
 
 def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
@@ -72,9 +75,7 @@ def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
     if torch.compiler.is_compiling() or records_graph(values, B):
         return _ops.trisolve(A.view(), values, B, *flags)
     # what the custom operator runs, without its dispatch (nothing to trace or record)
-    if _kernels._use_c(values, B):
-        return _trisolve_c(A.crow_indices, A.col_indices, values, shape, B, flags)
-    return _solve_kernels.trisolve(_ops.view_of(A.crow_indices, A.col_indices, values, None, shape), B, *flags)
+    return _backends.trisolve_arrays(A.crow_indices, A.col_indices, values, shape, B, *flags)
 
 
 @eager_only
@@ -82,11 +83,10 @@ def _triangular_solve_torch(A: torch.Tensor, B: torch.Tensor, *flags) -> torch.T
     shape = _check_solve_args(A, B)
     if torch.is_grad_enabled() and (A.requires_grad or B.requires_grad):
         return SparseTriangularSolve.apply(A, B, *flags)
-    # nothing to save for a backward (and no graph to record); on CPU a CSR A's own
-    # arrays, without building its view
-    if A.layout is torch.sparse_csr and _kernels._use_c(A, B):
-        return _trisolve_c(A.crow_indices(), A.col_indices(), A.values(), shape, B, flags)
-    return _solve_kernels.trisolve(as_csr(A), B, *flags)
+    # nothing to save for a backward (and no graph to record): a CSR A's own arrays
+    if A.layout is torch.sparse_csr:
+        return _backends.trisolve_arrays(A.crow_indices(), A.col_indices(), A.values(), shape, B, *flags)
+    return _backends.trisolve(as_csr(A), B, *flags)
 
 
 def _check_solve_args(A, B):
@@ -99,21 +99,13 @@ def _check_solve_args(A, B):
     return a_shape
 
 
-def _trisolve_c(ptr, col, values, shape, B: torch.Tensor, flags) -> torch.Tensor:
-    """The triangular solve on CPU for the CSR arrays of an A of shape `shape`, taken as
-    they are (any strides; the kernel checks their structure)."""
-    ka = _kernels.kernel_array
-    return _solve_kernels.trisolve_c(ka(ptr), ka(col), ka(values), shape[0] if len(shape) == 3 else 1, shape[-1],
-                                     B, *flags)
-
-
 class SparseTriangularSolve(torch.autograd.Function):
     """The autograd Function behind :func:`sparse_triangular_solve` (validate with it first)."""
 
     @staticmethod
     def forward(ctx, A, B, upper, unitriangular, transpose):
         view = as_csr(A.detach())
-        X = _solve_kernels.trisolve(view, B, upper, unitriangular, transpose)
+        X = _backends.trisolve(view, B, upper, unitriangular, transpose)
         ctx.flags = (upper, unitriangular, transpose)
         save_operand(ctx, A, view, True, X)
         return X
@@ -178,12 +170,29 @@ def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Calla
                       UserWarning, stacklevel=2)
         B = B.to(A.dtype)
     if solve is None and transpose_solve is None:
-        from .utils import minres
         solve = transpose_solve = minres          # MINRES assumes A symmetric: A^T = A
     elif solve is None:
         solve = _transposed(transpose_solve)
     elif transpose_solve is None:
         transpose_solve = _transposed(solve)
+    return _generic_solve(A, B, solve, transpose_solve, kwargs)
+
+
+def bridge_solve(A: torch.Tensor, B: torch.Tensor, forward: Callable[..., torch.Tensor],
+                 adjoint: Callable[..., torch.Tensor], kwargs: dict) -> torch.Tensor:
+    """X = A^{-1} B by an outside solver (SciPy, CuPy, JAX), with the gradient of
+    :func:`sparse_generic_solve`: ``grad_B = A^{-T} G`` by ``adjoint``,
+    ``grad_A = -grad_B X^T`` sampled at A's pattern by the SDDMM kernel (no nnz x k
+    or n x n temporary).  ``forward(rhs, **kwargs)`` solves ``A x = rhs``,
+    ``adjoint(rhs, **kwargs)`` solves ``A^T y = rhs``, both on ``(n, k)`` tensors;
+    the arguments are checked as sparse_generic_solve's are."""
+    check_system(A, B, "the solve", lambda s: s[0] == s[1], "A must be square")
+    return _generic_solve(A, B, lambda _, rhs, **kw: forward(rhs, **kw), lambda _, rhs, **kw: adjoint(rhs, **kw),
+                          kwargs)
+
+
+def _generic_solve(A, B, solve, transpose_solve, kwargs) -> torch.Tensor:
+    """SparseGenericSolve on a B of one or more columns, shaped like B."""
     B2 = B.unsqueeze(-1) if B.dim() == 1 else B
     X = SparseGenericSolve.apply(A, B2, solve, transpose_solve, kwargs, False, None)
     return X.squeeze(-1) if B.dim() == 1 else X
@@ -201,11 +210,7 @@ def _sparse_transpose(A: torch.Tensor) -> torch.Tensor:
     if A.layout == torch.sparse_coo:
         A = A.coalesce()
         return torch.sparse_coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
-    view = as_csr(A)
-    if view.values.device.type == "cpu":
-        tptr, trow, tperm = _kernels.transpose_pattern(view)
-        return torch.sparse_csr_tensor(tptr, trow, view.values[tperm.long()], (view.ncols, view.nrows))
-    return A.t().to_sparse_csr()
+    return _backends.csr_transpose(as_csr(A))
 
 
 def solver_result(X, shape, dtype: torch.dtype, solver: str = "solver") -> torch.Tensor:

@@ -43,7 +43,8 @@ from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
 from .. import _ops
-from .._csr import as_csr, entry_rows
+from .._core.intake import as_csr
+from .._core.view import entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
 from ..sparse_tensor import sparse_csr_tensor

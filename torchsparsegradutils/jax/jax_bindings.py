@@ -14,8 +14,8 @@ import jax.experimental.sparse
 import torch
 from jax import dlpack as jax_dlpack
 
-from .. import _kernels
-from .._csr import as_csr
+from .. import _backends
+from .._core.intake import as_csr
 
 
 def t2j(x_torch: torch.Tensor) -> jax.Array:
@@ -142,7 +142,7 @@ def spmm_t4j(A: torch.Tensor) -> Callable[[jax.Array], jax.Array]:
 
     @jax.custom_vjp
     def closure(x):
-        return product(_kernels.spmm, x)
+        return product(_backends.spmm, x)
 
-    closure.defvjp(lambda x: (closure(x), None), lambda _, g: (product(_kernels.spmm_t, g),))
+    closure.defvjp(lambda x: (closure(x), None), lambda _, g: (product(_backends.spmm_t, g),))
     return closure

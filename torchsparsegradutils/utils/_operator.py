@@ -1,6 +1,5 @@
 """What the iterative solvers and the SciPy/CuPy/JAX bridges share: turning "A" into a
-product, checking operator outputs, reporting non-convergence, and the autograd path
-of an outside solver (``bridge_solve``).
+product, checking operator outputs and reporting non-convergence.
 
 A may be a sparse COO/CSR tensor (its CSR view is built and checked once; the
 products then run on the C kernels on CPU, PyTorch's sparse ops elsewhere and
@@ -12,6 +11,9 @@ import warnings
 from typing import Callable, Optional, Union
 
 import torch
+
+from .. import _backends
+from .._core.intake import as_csr
 
 Operator = Union[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]
 
@@ -40,8 +42,6 @@ def _sparse_products(A: torch.Tensor):
         Ah = Ac.transpose(-2, -1).conj().coalesce()
         mm = torch.sparse.mm if Ac.dim() == 2 else torch.bmm
         return lambda x: mm(Ac, x.to(Ac.dtype)), lambda x: mm(Ah, x.to(Ah.dtype))
-    from .._csr import as_csr
-    from .. import _kernels
     view = as_csr(A.detach())
     dt = A.dtype
 
@@ -55,7 +55,7 @@ def _sparse_products(A: torch.Tensor):
                 Y = Y.reshape((rows_out,) + x.shape[:-2] + x.shape[-1:]).movedim(0, -2)
             return Y
         return run
-    return product(_kernels.spmm, A.shape[-2]), product(_kernels.spmm_t, A.shape[-1])
+    return product(_backends.spmm, A.shape[-2]), product(_backends.spmm_t, A.shape[-1])
 
 
 def as_matmul(A: Operator, name: str = "A") -> Callable[[torch.Tensor], torch.Tensor]:
@@ -112,20 +112,3 @@ def safe_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a / b, and 0 where b == 0 (a column that has converged exactly)."""
     zero = b == 0
     return torch.where(zero, torch.zeros_like(a), a / torch.where(zero, torch.ones_like(b), b))
-
-
-def bridge_solve(A: torch.Tensor, B: torch.Tensor, forward: Callable[..., torch.Tensor],
-                 adjoint: Callable[..., torch.Tensor], kwargs: dict) -> torch.Tensor:
-    """X = A^{-1} B by an outside solver (SciPy, CuPy, JAX), with the gradient of
-    :func:`~torchsparsegradutils.sparse_generic_solve`: ``grad_B = A^{-T} G`` by
-    ``adjoint``, ``grad_A = -grad_B X^T`` sampled at A's pattern by the SDDMM
-    kernel (no nnz x k or n x n temporary).  ``forward(rhs, **kwargs)`` solves
-    ``A x = rhs``, ``adjoint(rhs, **kwargs)`` solves ``A^T y = rhs``, both on
-    ``(n, k)`` tensors; the arguments are checked as sparse_generic_solve's are."""
-    from .._validate import check_system
-    check_system(A, B, "the solve", lambda s: s[0] == s[1], "A must be square")
-    from ..sparse_solve import SparseGenericSolve
-    B2 = B.unsqueeze(-1) if B.dim() == 1 else B
-    X = SparseGenericSolve.apply(A, B2, lambda _, rhs, **kw: forward(rhs, **kw),
-                                 lambda _, rhs, **kw: adjoint(rhs, **kw), kwargs, False, None)
-    return X.squeeze(-1) if B.dim() == 1 else X

@@ -2,14 +2,14 @@
 with the Lanczos tridiagonal matrices that CG's coefficients define (for log-determinant estimates).
 
 A sparse CPU A without preconditioner or probes runs the whole loop in C (csrc/cg.c, through
-_solve_kernels.cg); _cg_loop is the same iteration in torch ops for every other operator."""
+_backends.cg); _cg_loop is the same iteration in torch ops for every other operator."""
 import math
 from dataclasses import dataclass
 from typing import Callable, List, Literal, NamedTuple, Optional
 
 import torch
 
-from .. import _solve_kernels
+from .. import _backends
 from ._operator import Operator, as_matmul, checked, col_dot, col_norm, warn_not_converged
 
 # the breakdowns, by the code the C loop gives them (1, 2, 3)
@@ -173,9 +173,9 @@ def linear_cg(matmul_closure: Operator, rhs: torch.Tensor, n_tridiag: int = 0,
             raise ValueError(f"initial_guess must have shape {tuple(B.shape)}, got {tuple(initial_guess.shape)}")
         if x0.device != B.device or x0.dtype != B.dtype:
             raise ValueError("initial_guess must share rhs device and dtype")
-    view = None if n_tridiag or preconditioner is not None else _solve_kernels.krylov_view(matmul_closure, B, x0)
+    view = None if n_tridiag or preconditioner is not None else _backends.krylov_view(matmul_closure, B, x0)
     if view is not None:                              # the whole loop in C
-        X, rel, true_rel, (it, matvecs, recursive_stop, stopped_before, broke) = _solve_kernels.cg(
+        X, rel, true_rel, (it, matvecs, recursive_stop, stopped_before, broke) = _backends.cg(
             view, B, x0, tol, stop, tiny, convergence_reduction == "mean", cap, min_iter)
         if broke:
             raise RuntimeError(_BREAKDOWN[broke])
@@ -209,7 +209,7 @@ def _cg_loop(matmul_closure: Operator, B: torch.Tensor, x0: Optional[torch.Tenso
              preconditioner: Optional[Callable[[torch.Tensor], torch.Tensor]], tol: float, tiny: float, stop: float,
              cap: int, min_iter: int, n_tridiag: int, tri_cap: int, convergence_reduction: str):
     """linear_cg's iteration with torch ops, for any operator (the C loop of
-    _solve_kernels.cg takes a sparse CPU A without preconditioner or probes).  Returns
+    _backends.cg takes a sparse CPU A without preconditioner or probes).  Returns
     (X, rel, true_rel, iterations, matvecs, recursive_stop, stopped_before, alphas, betas)."""
     matmul = checked(as_matmul(matmul_closure, "matmul_closure"), "matmul_closure", B)
     precond = None if preconditioner is None else checked(preconditioner, "preconditioner", B)

@@ -1,12 +1,12 @@
 """MINRES (Paige & Saunders) for symmetric, possibly indefinite, A X = B, all columns at once.
 
 A sparse CPU A without preconditioner runs the whole loop in C (csrc/minres.c, through
-_solve_kernels.minres); _minres_loop is the same iteration in torch ops for every other operator."""
+_backends.minres); _minres_loop is the same iteration in torch ops for every other operator."""
 from typing import Callable, NamedTuple, Optional, Union
 
 import torch
 
-from .. import _solve_kernels
+from .. import _backends
 from ._operator import Operator, as_matmul, col_dot, col_norm, safe_div, warn_not_converged
 
 
@@ -66,9 +66,9 @@ def minres(matmul_closure: Operator, rhs: torch.Tensor, eps: float = 1e-25,
     B = rhs.unsqueeze(-1) if vector else rhs
     tol = settings.minres_tolerance
     cap = settings.max_cg_iterations if max_iter is None else max_iter
-    view = None if preconditioner is not None else _solve_kernels.krylov_view(matmul_closure, B)
+    view = None if preconditioner is not None else _backends.krylov_view(matmul_closure, B)
     if view is not None:                              # the whole loop in C
-        X, rel, true_rel, it = _solve_kernels.minres(view, B, tol, eps, scale, shift, cap)
+        X, rel, true_rel, it = _backends.minres(view, B, tol, eps, scale, shift, cap)
     else:
         X, rel, true_rel, it = _minres_loop(as_matmul(matmul_closure, "matmul_closure"), B, eps, shift, scale,
                                             tol, cap, preconditioner)
@@ -81,7 +81,7 @@ def minres(matmul_closure: Operator, rhs: torch.Tensor, eps: float = 1e-25,
 def _minres_loop(matmul: Callable[[torch.Tensor], torch.Tensor], B: torch.Tensor, eps: float, shift: float,
                  scale: float, tol: float, cap: int, preconditioner: Optional[Callable[[torch.Tensor], torch.Tensor]]):
     """minres's iteration with torch ops, for any operator (the C loop of
-    _solve_kernels.minres takes a sparse CPU A without preconditioner).  Returns
+    _backends.minres takes a sparse CPU A without preconditioner).  Returns
     (X, rel, true_rel, iterations)."""
     precond = preconditioner or (lambda r: r)
 

@@ -8,7 +8,7 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-from .._csr import entry_rows
+from .._core.view import entry_rows
 
 _LAYOUTS = (torch.sparse_coo, torch.sparse_csr)
 

@@ -11,7 +11,7 @@ import functools
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from ._csr import SparseCSR
+from .sparse_csr import SparseCSR
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 # sparse_mm's kernels also take 16-bit values (summed in float32, rounded once)

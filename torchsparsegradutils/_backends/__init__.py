@@ -1,0 +1,212 @@
+"""The one place where a route to a backend is chosen, once per call.
+
+    cpu        the C kernels (csrc/), for CPU tensors
+    cuda       our CUDA kernels (csrc/cuda/), for CUDA tensors, where they are built
+               and cover the op (the products of sparse_mm)
+    torch_ops  PyTorch's own ops, for everything else
+
+Each function here is one op on a CSRView (or on dense rows and their grouping):
+it does what is the same on every route (a hypersparse view's kept rows, the
+output layout of the log-sum-exp), picks the backend, and calls it.
+"""
+import torch
+
+from .._core import native
+from .._core.intake import as_csr
+from .._core.view import CSRView, item_rows, kernel_array, view_of
+from . import cpu, cuda, torch_ops
+from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
+
+# Tests set this to run the torch-ops route on CPU tensors.
+force_torch_ops = False
+
+
+def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor):
+    """cpu when every tensor is on the CPU; cuda when every one is on CUDA and our
+    kernels take them (has_cuda_kernel: the op has one); else torch_ops."""
+    if force_torch_ops:
+        return torch_ops
+    for t in tensors:          # a loop: all() of a generator costs a microsecond more
+        if not t.is_cpu:
+            break
+    else:
+        return cpu
+    if has_cuda_kernel and native.cuda_usable(*tensors):
+        return cuda
+    return torch_ops
+
+
+def on_cpu(*tensors: torch.Tensor) -> bool:
+    """Does the cpu route take these tensors?"""
+    return _backend(False, *tensors) is cpu
+
+
+# ---------------------------------------------------------------- products (sparse_mm)
+def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
+    """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
+    if A.rows is not None:
+        return _on_kept_rows(A, spmm(A._replace(rows=None), item_rows(B)))
+    return _backend(True, A.values, B).spmm(A, B)
+
+
+def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+    """A^T @ G for every batch item."""
+    if A.rows is not None:
+        out = spmm_t(A._replace(rows=None), item_rows(G).index_select(0, A.rows))
+        return out.reshape(*A.shape[:-2], A.shape[-1], G.shape[-1])
+    return _backend(True, A.values, G).spmm_t(A, G)
+
+
+def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) of A,
+    shaped like A.col: the gradient of A @ B w.r.t. A's values (A.values unused)."""
+    if A.rows is not None:
+        return sddmm(A._replace(rows=None), item_rows(G).index_select(0, A.rows), item_rows(B))
+    return _backend(True, G, B).sddmm(A, G, B)
+
+
+def _on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:
+    """Y (n_kept, p), the rows of a hypersparse A's product, placed at their global
+    rows of a zero (n, p) or (b, n, p) output."""
+    out = Y.new_zeros((*A.shape[:-1], Y.shape[-1]))
+    item_rows(out).index_copy_(0, A.rows, Y)
+    return out
+
+
+def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor):
+    """spmm of CSR arrays of an A of shape `shape`, taken as they are (any strides; the
+    kernels check their structure), where no graph is recorded: on the cpu route
+    straight to the kernel, without building a view."""
+    if _backend(True, values, B) is cpu:
+        return cpu.spmm_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
+                               shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
+    return spmm(view_of(ptr, col, values, None, shape), B)
+
+
+def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape) -> torch.Tensor:
+    """spmm of a torch sparse A of shape `shape` where no graph is recorded: on the cpu
+    route on A's own arrays (a COO one's row pointers built in the kernel's call)."""
+    if _backend(True, A, B) is cpu:
+        if A.layout is torch.sparse_csr:
+            return spmm_arrays(A.crow_indices(), A.col_indices(), A.values(), shape, B)
+        C = cpu.spmm_coo(A._indices(), A._values(), shape, B)
+        if C is not None:
+            return C
+    return spmm(as_csr(A, compress_rows=True), B)
+
+
+def csr_transpose(A: CSRView) -> torch.Tensor:
+    """A^T of a 2D view as a torch CSR tensor (never dense)."""
+    if _backend(False, A.values) is cpu:
+        tptr, trow, tperm = cpu.transpose_pattern(A)
+        return torch.sparse_csr_tensor(tptr, trow, A.values[tperm.long()], (A.ncols, A.nrows))
+    return A.to_torch().t().to_sparse_csr()
+
+
+# ------------------------------------------------------------------------- solves
+def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
+    """X = A^{-1} B (or A^{-T} B with transpose) for every batch item of a triangular A;
+    B is (n, p) or (b, n, p).  Returns a new tensor."""
+    return _backend(False, A.values, B).trisolve(A, B, upper, unitriangular, transpose)
+
+
+def trisolve_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor,
+                    upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
+    """trisolve of CSR arrays of an A of shape `shape`, taken as they are, where no
+    graph is recorded: on the cpu route straight to the kernel."""
+    if _backend(False, values, B) is cpu:
+        return cpu.trisolve_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
+                                   shape[0] if len(shape) == 3 else 1, shape[-1], B, upper, unitriangular,
+                                   transpose)
+    return trisolve(view_of(ptr, col, values, None, shape), B, upper, unitriangular, transpose)
+
+
+def krylov_view(A, B: torch.Tensor, *dense):
+    """The CSR view of A when the Krylov kernels (cg, minres: cpu only) can solve
+    A X = B: A a 2D sparse COO/CSR tensor (n, n) of B's dtype (float32/float64), B
+    (n, k), both on the cpu route, and no gradient to record through B or the other
+    `dense` inputs (an initial guess); else None."""
+    if not (isinstance(A, torch.Tensor) and A.layout in (torch.sparse_coo, torch.sparse_csr) and A.dim() == 2
+            and A.dense_dim() == 0 and A.dtype in (torch.float32, torch.float64) and B.dtype == A.dtype
+            and B.dim() == 2 and A.shape[0] == A.shape[1] == B.shape[0] and on_cpu(A, B)):
+        return None
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (B,) + dense):
+        return None
+    return as_csr(A.detach())
+
+
+# ------------------------------------------- grouped products (gather_mm, segment_mm)
+def group_rows(idx: torch.Tensor, R: int):
+    """(off (R+1,), perm (n,)), int64: the rows i grouped by relation idx[i] in [0, R),
+    a stable sort (group r is perm[off[r]:off[r+1]], in increasing i)."""
+    return _backend(False, idx).group_rows(idx, R)
+
+
+def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """out[i] = a[i] @ M[r] for the rows i of group r (see group_rows; perm None: group r
+    is the rows off[r]..off[r+1]-1); a (n, K), M (R, K, P), out (n, P)."""
+    return _backend(False, off, a, M).grouped_mm(off, perm, a, M)
+
+
+def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """out[r] = sum over the rows i of group r of a[i]^T G[i]; a (n, K), G (n, P), out (R, K, P)."""
+    return _backend(False, off, a, G).grouped_mm_tn(off, perm, a, G)
+
+
+# ------------------------------------------------- log-sum-exp (sparse_logsumexp)
+# The matrix reduced is the view's items, or with `transposed` their transposes
+# (a CSC tensor is read as the CSR view of its transpose); "rows" and "cols" are
+# that matrix's.  mode "rows" gives (b, n), "cols" (b, m), "all" (b,), "both"
+# (2, b, max(n, m)) with [0] the columns and [1] the rows, -inf padded.
+LSE_MODES = ("rows", "cols", "all", "both")
+
+
+def lse_shape(shape, mode: str, transposed: bool):
+    """The output shape of lse for a view of shape `shape` ((n, m) or (b, n, m))."""
+    b = shape[0] if len(shape) == 3 else 1
+    n, m = (shape[-1], shape[-2]) if transposed else (shape[-2], shape[-1])
+    return {"rows": (b, n), "cols": (b, m), "all": (b,), "both": (2, b, torch.sym_max(n, m))}[mode]
+
+
+def lse(A: CSRView, mode: str, include_zeros: bool, transposed: bool) -> torch.Tensor:
+    """Log-sum-exp of the stored values (absent entries as zeros with include_zeros,
+    else left out) by rows, columns, both or whole items; see lse_shape."""
+    backend = _backend(False, A.values)
+    shape = lse_shape(A.shape, mode, transposed)
+    if mode == "both":
+        out = torch.full(shape, float("-inf"), dtype=A.values.dtype, device=A.values.device)
+        rows, cols = out[1], out[0]
+    else:
+        out = torch.empty(shape, dtype=A.values.dtype, device=A.values.device)
+        rows, cols = (out, None) if mode == "rows" else (None, out) if mode == "cols" else (None, None)
+    if transposed:
+        rows, cols = cols, rows
+    if mode == "all":
+        backend.lse_items(A, include_zeros, out)
+    if rows is not None:
+        backend.lse_groups(A, include_zeros, rows, by_rows=True)
+    if cols is not None:
+        backend.lse_groups(A, include_zeros, cols, by_rows=False)
+    return out
+
+
+def lse_grad(A: CSRView, out: torch.Tensor, G: torch.Tensor, mode: str, transposed: bool) -> torch.Tensor:
+    """d(sum G * out)/d A.values for out = lse(A, mode, .., transposed): each value's
+    softmax weight exp(v - lse) in its group times the group's gradient (summed over
+    both groups for "both"); shaped like A.values."""
+    backend = _backend(False, A.values)
+    if mode == "all":          # every row of an item carries the item's lse and gradient
+        return backend.lse_grad(A, (out[:, None].expand(-1, A.nrows), G[:, None].expand(-1, A.nrows)), None)
+    n, m = (A.ncols, A.nrows) if transposed else (A.nrows, A.ncols)
+    if mode == "both":
+        rows, cols = (out[1, :, :n], G[1, :, :n]), (out[0, :, :m], G[0, :, :m])
+    else:
+        rows, cols = ((out, G), None) if mode == "rows" else (None, (out, G))
+    return backend.lse_grad(A, *((cols, rows) if transposed else (rows, cols)))
+
+
+def lse_wsum(A: CSRView, out: torch.Tensor, u: torch.Tensor, mode: str) -> torch.Tensor:
+    """s[group] = sum over the group's stored values v of u * exp(v - out[group]), shaped
+    like out = lse(A, mode, .., False) (0 in the padding of "both"): the derivative of
+    lse_grad w.r.t. its G, for second derivatives only: PyTorch's ops on every device."""
+    return torch_ops.lse_wsum(A, out, u, mode)

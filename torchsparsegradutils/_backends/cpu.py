@@ -1,0 +1,181 @@
+"""The C kernels (csrc/), one wrapper per entry point of torchsparsegradutils._C that
+computes (the structure checks are the intake's, _core/intake.py).
+
+Every wrapper takes CPU tensors; the route to it is chosen in _backends/__init__.py.
+Outputs are allocated here and written by C; the thread count is PyTorch's.
+"""
+from typing import Optional
+
+import torch
+
+from .._core.native import _C
+from .._core.view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, dense_operand, kernel_array, plain
+
+
+# ---------------------------------------------------------------- products (sparse_mm)
+def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
+    """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
+    return spmm_arrays(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, B)
+
+
+def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, batch: int, n: int, m: int,
+                B: torch.Tensor) -> torch.Tensor:
+    """spmm of arrays as the kernels read them (kernel_array's): the C kernel, called
+    with nothing else on the way (it runs on every call)."""
+    B = dense_operand(B)
+    C = _spmm_out(batch, n, B)
+    _C.spmm(ptr, col, values, batch, n, m, B, C, torch.get_num_threads())
+    return C
+
+
+def spmm_coo(indices: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor) -> Optional[torch.Tensor]:
+    """spmm of a COO A from its own index and values arrays (A._indices(), A._values()):
+    its row pointers are built in C on the way, in the same call.  None where that does
+    not apply (entries not sorted and unique, or A hypersparse; see spmm_coo in
+    csrc/glue_mm.c): then take A's view (_core.intake.as_csr)."""
+    B = dense_operand(B)
+    C = _spmm_out(shape[0] if len(shape) == 3 else 1, shape[-2], B)
+    if _C.spmm_coo(plain(indices), kernel_array(values), shape, B, C, HYPERSPARSE_ROWS_PER_ENTRY,
+                   torch.get_num_threads()):
+        return C
+    return None
+
+
+def _spmm_out(batch: int, n: int, B: torch.Tensor) -> torch.Tensor:
+    """The output of spmm, (batch, n, p) or (n, p) as B is 3D or 2D: B.new_empty with
+    the sizes unpacked, the cheapest allocation from Python (0.2 us less than
+    torch.empty(sizes, dtype=..))."""
+    p = B.shape[-1]
+    return B.new_empty(batch, n, p) if B.dim() == 3 else B.new_empty(n, p)
+
+
+def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+    """A^T @ G for every batch item, without atomics or a transpose: each thread owns
+    a range of A's columns (see csrc/spmm_t.c)."""
+    p = G.shape[-1]
+    out = torch.empty((A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p), dtype=G.dtype)
+    _C.spmm_t(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, dense_operand(G), out,
+              torch.get_num_threads())
+    return out
+
+
+def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) of A,
+    shaped like A.col (A.values unused)."""
+    g = torch.empty(A.col.shape, dtype=G.dtype)
+    _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, dense_operand(G), dense_operand(B), g,
+             torch.get_num_threads())
+    return g
+
+
+def transpose_pattern(A: CSRView):
+    """(tptr, trow, tperm) of every item's transpose (an explicit A^T for the solves;
+    products with A^T use spmm_t instead): tptr (b*m+1,) global row pointers of A^T,
+    trow the row of A each entry came from, and tperm its position in A's entry
+    arrays (A^T's values are A.values.flatten()[tperm])."""
+    nnz = A.col.numel()
+    itype = A.ptr.dtype
+    tptr = torch.empty(A.batch * A.ncols + 1, dtype=itype)
+    trow = torch.empty(nnz, dtype=itype)
+    tperm = torch.empty(nnz, dtype=itype)
+    _C.csr_transpose(A.ptr, A.col, A.batch, A.nrows, A.ncols, tptr, trow, tperm, torch.get_num_threads())
+    return tptr, trow, tperm
+
+
+# ------------------------------------------------------------------------- solves
+def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
+    """X = A^{-1} B (or A^{-T} B with transpose) for every batch item of a triangular A;
+    B is (n, p) or (b, n, p).  Returns a new tensor."""
+    return trisolve_arrays(A.ptr, A.col, plain(A.values), A.batch, A.nrows, B, upper, unitriangular, transpose)
+
+
+def trisolve_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, batch: int, n: int,
+                    B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
+    """trisolve of arrays as the kernels read them (kernel_array's), where no graph is
+    recorded: the C kernel with nothing else on the way."""
+    X = B.clone(memory_format=torch.contiguous_format)     # a clone applies B's negative bit
+    _C.trisolve(ptr, col, values, batch, n, X, upper, unitriangular, transpose, torch.get_num_threads())
+    return X
+
+
+def _krylov_outputs(B: torch.Tensor):
+    """(B as the kernels read it, X, residuals) for an (n, k) B; residuals float64 (2, k):
+    the recurrence's relative residuals, then the recomputed ones"""
+    return (plain(B).contiguous(), torch.empty(B.shape, dtype=B.dtype),
+            torch.empty(2, B.shape[1], dtype=torch.float64))
+
+
+def cg(A: CSRView, B: torch.Tensor, X0: Optional[torch.Tensor], tol: float, stop: float, tiny: float, mean: bool,
+       max_iter: int, min_iter: int):
+    """utils.linear_cg's loop for a sparse A without preconditioner or probes (csrc/cg.c).
+    Returns (X, rel, true_rel, (iterations, matvecs, recursive_stop, stopped_before,
+    breakdown)); rel and true_rel float64 (k,), breakdown 0 or the broken inner product
+    (1: r^T r at the start, 2: p^T A p, 3: r^T r)."""
+    B, X, res = _krylov_outputs(B)
+    if X0 is not None:
+        X.copy_(X0.detach())                     # the kernel starts from it, in place
+    info = _C.cg(A.ptr, A.col, plain(A.values), A.nrows, B, X, res, X0 is not None, tol, stop, tiny, mean,
+                 max_iter, min_iter, torch.get_num_threads())
+    return X, res[0], res[1], info
+
+
+def minres(A: CSRView, B: torch.Tensor, tol: float, eps: float, scale: float, shift: float, max_iter: int):
+    """utils.minres's loop for a sparse A without preconditioner (csrc/minres.c), solving
+    (scale A + shift I) X = B.  Returns (X, rel, true_rel, iterations)."""
+    B, X, res = _krylov_outputs(B)
+    info = _C.minres(A.ptr, A.col, plain(A.values), A.nrows, B, X, res, tol, eps, scale, shift, max_iter,
+                     torch.get_num_threads())
+    return X, res[0], res[1], info[0]
+
+
+# ------------------------------------------- grouped products (gather_mm, segment_mm)
+def group_rows(idx: torch.Tensor, R: int):
+    """(off (R+1,), perm (n,)), int64: the rows i grouped by relation idx[i] in [0, R),
+    a stable sort (group r is perm[off[r]:off[r+1]], in increasing i)."""
+    off = torch.empty(R + 1, dtype=torch.int64)
+    perm = torch.empty(idx.shape[0], dtype=torch.int64)
+    _C.group_rows(idx.contiguous(), R, off, perm)
+    return off, perm
+
+
+def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """out[i] = a[i] @ M[r] for the rows i of group r; a (n, K), M (R, K, P), out (n, P)."""
+    out = torch.empty(a.shape[0], M.shape[2], dtype=a.dtype)
+    _C.grouped_mm(off, perm, dense_operand(a), dense_operand(M), out, torch.get_num_threads())
+    return out
+
+
+def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """out[r] = sum over the rows i of group r of a[i]^T G[i]; a (n, K), G (n, P), out (R, K, P)."""
+    out = torch.empty(off.shape[0] - 1, a.shape[1], G.shape[1], dtype=a.dtype)
+    _C.grouped_mm_tn(off, perm, dense_operand(a), dense_operand(G), out, torch.get_num_threads())
+    return out
+
+
+# ------------------------------------------------- log-sum-exp (sparse_logsumexp)
+def lse_groups(view: CSRView, include_zeros: bool, out: torch.Tensor, by_rows: bool) -> None:
+    """out[k, g] = lse of row (by_rows) or column g of item k (csrc/lse_rows.c,
+    lse_cols.c); out is (b, w) with w at least the group count, written in place."""
+    args = (view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, include_zeros, out)
+    if by_rows:
+        _C.lse_rows(*args, None, torch.get_num_threads())
+    else:
+        _C.lse_cols(*args, torch.get_num_threads())
+
+
+def lse_items(view: CSRView, include_zeros: bool, out: torch.Tensor) -> None:
+    """out[k] = lse of the whole item k: of its row results, folded in row order."""
+    rows = torch.empty(view.batch, view.nrows, dtype=out.dtype)
+    _C.lse_rows(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, include_zeros,
+                rows, out.view(1, -1), torch.get_num_threads())
+
+
+def lse_grad(view: CSRView, rows, cols) -> torch.Tensor:
+    """d(sum Gr * row lse + Gc * col lse)/d values of the view, shaped like its values;
+    rows and cols are (lse, grad) pairs of (b, n) and (b, m) tensors, or None."""
+    g = torch.empty(1, view.values.numel(), dtype=view.values.dtype)
+    arrays = [plain(t).contiguous() if pair is not None else None
+              for pair in (rows, cols) for t in (pair or (None, None))]
+    _C.lse_grad(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, *arrays, g,
+                torch.get_num_threads())
+    return g.reshape(view.values.shape)

@@ -1,0 +1,222 @@
+"""The ops in PyTorch's own operations: for devices without kernels of ours (CUDA
+where our kernels are not built or do not cover the op, and any other device),
+with the meaning of the C kernels and their errors, and never a dense n x m matrix.
+
+A batch is taken as one block-diagonal 2D matrix (global_csr), built by index
+arithmetic.  16-bit values are computed in float32 and rounded once, as the
+kernels do (PyTorch's sparse CUDA ops do not take bfloat16).
+"""
+import warnings
+
+import torch
+
+from .._core.view import CSRView, entry_rows
+
+# Entries per chunk of the gather-based SDDMM: bounds its temporaries to about
+# this many elements times p, instead of nnz times p.
+_GATHER_CHUNK_ELEMS = 1 << 24
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def global_csr(A: CSRView):
+    """A as one block-diagonal 2D CSR matrix of (b*n) x (b*m), built from index
+    arithmetic alone, with the global row and column of every entry."""
+    b, n, m = A.batch, A.nrows, A.ncols
+    ptr, col = A.ptr.long(), A.col.long()
+    if ptr.dim() == 2:                       # batched CSR: make the pointers global
+        nnz_b = col.shape[1]
+        offs = torch.arange(b, device=ptr.device).unsqueeze(1) * nnz_b
+        ptr = torch.cat([(ptr[:, :-1] + offs).reshape(-1), ptr.new_full((1,), b * nnz_b)])
+        col = col.reshape(-1)
+    rows = entry_rows(ptr)
+    cols = col + (rows // n) * m if n else col
+    vals = A.values.reshape(-1) if A.values is not None else torch.ones(col.numel(), device=ptr.device)
+    A2 = torch.sparse_csr_tensor(ptr, cols, vals, (b * n, b * m))
+    return A2, rows, cols
+
+
+# ---------------------------------------------------------------- products (sparse_mm)
+def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
+    """C = A @ B for every batch item."""
+    if B.dtype in _HALF:
+        return spmm(A._replace(values=A.values.float()), B.float()).to(B.dtype)
+    p = B.shape[-1]
+    A2, _, _ = global_csr(A)
+    C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
+    return C.reshape((A.batch, A.nrows, p) if B.dim() == 3 else (A.nrows, p))
+
+
+def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+    """A^T @ G for every batch item."""
+    if G.dtype in _HALF:
+        return spmm_t(A._replace(values=A.values.float()), G.float()).to(G.dtype)
+    p = G.shape[-1]
+    A2, rows, cols = global_csr(A)
+    At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(), (A.batch * A.ncols, A.batch * A.nrows))
+    out = torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p))
+    return out.reshape((A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p))
+
+
+def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry, shaped like A.col; by
+    gathering rows of G and B in chunks of entries."""
+    if G.dtype in _HALF:
+        return sddmm(A, G.float(), B.float()).to(G.dtype)
+    _, rows, cols = global_csr(A)
+    p = G.shape[-1]
+    G2, B2 = G.reshape(A.batch * A.nrows, p), B.reshape(A.batch * A.ncols, p)
+    g = torch.empty(rows.shape, dtype=G.dtype, device=G.device)
+    step = max(1, _GATHER_CHUNK_ELEMS // max(p, 1))
+    for s in range(0, rows.numel(), step):
+        r, c = rows[s:s + step], cols[s:s + step]
+        g[s:s + step] = (G2.index_select(0, r) * B2.index_select(0, c)).sum(1)
+    return g.reshape(A.col.shape)
+
+
+# ------------------------------------------------------------------------- solves
+# the messages of the C status codes TSGU_ETRI_SIDE, TSGU_EDIAG_ZERO, TSGU_EDIAG_UNIT
+_MSG_SIDE = ("A is not triangular on the requested side: it stores an entry below the diagonal "
+             "with upper=True, or above it with upper=False")
+_MSG_ZERO = ("A is singular: a diagonal entry is zero or not stored "
+             "(pass unitriangular=True if the diagonal is implicit ones)")
+_MSG_UNIT = ("unitriangular=True, but A stores diagonal entries: the unit diagonal must be "
+             "implicit (A strictly triangular)")
+
+
+def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
+    """X = A^{-1} B (or A^{-T} B) through PyTorch's sparse triangular solve on the
+    block-diagonal 2D form (cuSPARSE serves it on CUDA), after the kernel's structure
+    checks in torch ops, so both paths raise the same errors."""
+    A2, rows, cols = global_csr(A)
+    n, p = A.nrows, B.shape[-1]
+    i, j = rows % n if n else rows, cols % n if n else cols
+    if bool((j < i).any() if upper else (j > i).any()):
+        raise ValueError(_MSG_SIDE)
+    on_diag = i == j
+    if unitriangular:
+        if bool(on_diag.any()):
+            raise ValueError(_MSG_UNIT)
+    else:
+        nonzero_diag = on_diag & (A2.values() != 0)
+        if int(nonzero_diag.sum()) != A.batch * n:
+            raise ValueError(_MSG_ZERO)
+    if A.batch * n == 0 or p == 0:
+        return B.detach().clone()
+    # torch.linalg.solve_triangular takes only strided matrices: sparse ones still
+    # need the deprecated torch.triangular_solve (pytorch#87358)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"torch\.triangular_solve is deprecated", category=UserWarning)
+        X = torch.triangular_solve(B.detach().reshape(A.batch * n, p), A2.detach(), upper=upper,
+                                   transpose=transpose, unitriangular=unitriangular).solution
+    return X.reshape(B.shape)
+
+
+# ------------------------------------------- grouped products (gather_mm, segment_mm)
+_BAD_GROUPING = ("malformed grouping: a relation index is negative or not less than the number of "
+                 "relations, or segment offsets do not run from 0 to the number of rows")
+
+
+def group_rows(idx: torch.Tensor, R: int):
+    """(off, perm) as cpu.group_rows gives them."""
+    if idx.numel() and bool(((idx < 0) | (idx >= R)).any()):
+        raise ValueError(_BAD_GROUPING)
+    off = torch.zeros(R + 1, dtype=torch.int64, device=idx.device)
+    torch.cumsum(torch.bincount(idx, minlength=R), 0, out=off[1:])
+    return off, torch.argsort(idx, stable=True)
+
+
+def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """out[i] = a[i] @ M[r] for the rows i of group r (perm None: group r is the rows
+    off[r]..off[r+1]-1)."""
+    parts = torch.split(_in_group_order(a, perm), _group_lengths(off, a.shape[0]))
+    out = torch.cat([p @ M[r] for r, p in enumerate(parts)]) if parts else a.new_empty(0, M.shape[2])
+    return out if perm is None else torch.empty_like(out).index_copy_(0, perm, out)
+
+
+def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """out[r] = sum over the rows i of group r of a[i]^T G[i]."""
+    out = torch.empty(off.shape[0] - 1, a.shape[1], G.shape[1], dtype=a.dtype, device=a.device)
+    lengths = _group_lengths(off, a.shape[0])
+    for r, (ap, gp) in enumerate(zip(torch.split(_in_group_order(a, perm), lengths),
+                                     torch.split(_in_group_order(G, perm), lengths))):
+        torch.mm(ap.t(), gp, out=out[r])
+    return out
+
+
+def _group_lengths(off: torch.Tensor, n: int):
+    """The group sizes of offsets off as a list, checked as the C kernels check them."""
+    lengths = torch.diff(off).tolist()
+    if off[0] != 0 or sum(lengths) != n or min(lengths, default=0) < 0:
+        raise ValueError(_BAD_GROUPING)
+    return lengths
+
+
+def _in_group_order(X: torch.Tensor, perm) -> torch.Tensor:
+    return X if perm is None else X.index_select(0, perm)
+
+
+# ------------------------------------------------- log-sum-exp (sparse_logsumexp)
+def lse_groups(view: CSRView, include_zeros: bool, out: torch.Tensor, by_rows: bool) -> None:
+    """As cpu.lse_groups."""
+    b, count = view.batch, view.nrows if by_rows else view.ncols
+    _, rows, cols = global_csr(view)
+    full = view.ncols if by_rows else view.nrows
+    out[:, :count] = _torch_lse(view.values.reshape(-1), rows if by_rows else cols, b * count,
+                                full if include_zeros else None).reshape(b, count)
+
+
+def lse_items(view: CSRView, include_zeros: bool, out: torch.Tensor) -> None:
+    """As cpu.lse_items."""
+    rows = torch.empty(view.batch, view.nrows, dtype=out.dtype, device=out.device)
+    lse_groups(view, include_zeros, rows, by_rows=True)
+    out.copy_(torch.logsumexp(rows, dim=1) if view.nrows else torch.full_like(out, float("-inf")))
+
+
+def lse_grad(view: CSRView, rows, cols) -> torch.Tensor:
+    """As cpu.lse_grad."""
+    _, r, c = global_csr(view)
+    v = view.values.reshape(-1)
+    g = torch.zeros_like(v)
+    for pair, group in ((rows, r), (cols, c)):
+        if pair is not None:
+            lse, grad = (t.reshape(-1) for t in pair)
+            g += grad[group] * (v - lse[group]).exp()
+    return g.reshape(view.values.shape)
+
+
+def lse_wsum(A: CSRView, out: torch.Tensor, u: torch.Tensor, mode: str) -> torch.Tensor:
+    """s[group] = sum over the group's stored values v of u * exp(v - out[group]), shaped
+    like out = lse(A, mode, .., False) (0 in the padding of "both"): the derivative of
+    lse_grad w.r.t. its G (second derivatives only, on every device)."""
+    _, rows, cols = global_csr(A)
+    b, n, m = A.batch, A.nrows, A.ncols
+    v, u = A.values.reshape(-1), u.reshape(-1)
+
+    def group_sums(lse: torch.Tensor, group: torch.Tensor, count: int) -> torch.Tensor:
+        w = u * (v - lse.reshape(-1)[group]).exp()
+        return v.new_zeros(b * count).index_add_(0, group, w).reshape(b, count)
+
+    if mode == "all":
+        return group_sums(out, rows // max(n, 1), 1).reshape(b)
+    if mode != "both":
+        return group_sums(out, rows, n) if mode == "rows" else group_sums(out, cols, m)
+    s = torch.zeros_like(out)
+    s[1, :, :n], s[0, :, :m] = group_sums(out[1, :, :n], rows, n), group_sums(out[0, :, :m], cols, m)
+    return s
+
+
+def _torch_lse(values: torch.Tensor, group: torch.Tensor, ngroups: int, full) -> torch.Tensor:
+    """Per group lse of values; with full, each group also holds full - (its values)
+    zeros.  The same shift rule as csrc (tsgu_lse_shift)."""
+    shift = torch.full((ngroups,), float("-inf"), dtype=values.dtype, device=values.device)
+    shift.scatter_reduce_(0, group, values, reduce="amax")
+    zeros = None
+    if full is not None:
+        zeros = (full - torch.bincount(group, minlength=ngroups)).to(values.dtype)
+        shift = torch.where(zeros > 0, shift.clamp(min=0), shift)
+    shift = torch.where(shift.isfinite(), shift, torch.zeros_like(shift))
+    s = torch.zeros_like(shift).scatter_add_(0, group, (values - shift[group]).exp())
+    if zeros is not None:
+        s = s + torch.where(zeros > 0, zeros * (-shift).exp(), torch.zeros_like(s))   # no 0 * inf
+    return shift + s.log()

@@ -1,0 +1,32 @@
+"""The C extension, configured for this process: how tensors reach it.
+
+Every tensor reaches the C kernels as a DLTensor: borrowed through PyTorch's
+DLPack C exchange table where it has one (no capsule, about 0.05 us a tensor),
+else through this C-level DLPack export (Tensor.__dlpack__ costs ten times more
+per call, in Python).  Neither checks what view.plain() makes true: no negation bit.
+Import _C from here, so that it is configured before its first call.
+
+`cuda_usable` says whether our CUDA kernels take given tensors: built into _C,
+enabled, and all the tensors on CUDA.
+"""
+from torch import Tensor
+from torch.utils.dlpack import to_dlpack
+
+from .. import _C
+
+_C.set_exporter(to_dlpack)
+_C.use_exchange_api(Tensor)
+
+# Tests set this to False to run CUDA tensors through PyTorch's ops, as a build
+# without nvcc does.
+cuda_enabled = True
+
+
+def cuda_usable(*tensors: Tensor) -> bool:
+    """Do our CUDA kernels take these tensors (all on CUDA, kernels built and enabled)?"""
+    if not (_C.cuda and cuda_enabled):
+        return False
+    for t in tensors:
+        if not t.is_cuda:
+            return False
+    return True

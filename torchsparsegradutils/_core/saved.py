@@ -1,0 +1,111 @@
+"""The one way every autograd Function saves a sparse operand for its backward.
+
+`save_operand` / `load_operand` keep a view (and whatever else a Function needs)
+across forward and backward so that in-place edits of A's values are caught or
+cannot matter; `save_view` / `load_view` keep a view alone.
+"""
+import weakref
+from typing import Optional
+
+import torch
+
+from .view import CSRView
+
+
+def save_view(ctx, view: CSRView, *tensors) -> None:
+    """ctx.save_for_backward of a view's arrays and of `tensors` (None allowed);
+    load_view gives both back."""
+    ctx.tsgu_view = view._replace(ptr=None, col=None, values=None, coo_indices=None, rows=None)
+    ctx.save_for_backward(view.ptr, view.col, view.values, view.coo_indices, view.rows, *tensors)
+
+
+def load_view(ctx):
+    """(view, tensors) as save_view saved them."""
+    ptr, col, values, coo_indices, rows, *tensors = ctx.saved_tensors
+    return ctx.tsgu_view._replace(ptr=ptr, col=col, values=values, coo_indices=coo_indices, rows=rows), tensors
+
+
+def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensors) -> None:
+    """Save the sparse operand A (seen as `view`) and `tensors` for backward.
+
+    With need_values, the backward reads A's values, and never edited ones: the
+    values arrays of a sparse tensor are aliases that do not share a version
+    counter with the tensor the user built A from, so that tensor (the guard) is
+    saved too and an in-place edit of it raises autograd's "modified by an
+    inplace operation" error; where it cannot be found, the backward gets a
+    private copy of the values.  A itself is kept for second derivatives."""
+    if A.requires_grad and A.layout == torch.sparse_csr and A.dim() == 3:
+        _accumulate_batched_csr_grads(A)
+    values = None
+    guard = None
+    if need_values:
+        values = view.values
+        guard = _values_guard(A)
+        if guard is None and _shares_storage(values, A):
+            values = values.clone()
+    save_view(ctx, view._replace(values=values), guard, A, *tensors)
+
+
+def load_operand(ctx):
+    """(view, A, tensors) as save_operand saved them; view.values is None unless
+    the operand was saved with need_values."""
+    view, (_, A, *tensors) = load_view(ctx)
+    return view, A, tensors
+
+
+def _accumulate_batched_csr_grads(A: torch.Tensor) -> None:
+    """Make gradients of a batched CSR A accumulate correctly.
+
+    PyTorch cannot add two batched CSR tensors (its sum is malformed or fails
+    inside MKL), and autograd adds them when a leaf's .grad is already set or
+    when A is used twice in one graph.  A hook on A (installed once) adds the
+    values itself when the gradient reaches a leaf that already has one on the
+    same pattern, and turns a malformed sum into a clear error."""
+    if getattr(A, "_tsgu_batched_grad_hook", False):
+        return
+    ref, nnz = weakref.ref(A), A.col_indices().shape
+
+    def hook(grad):
+        if grad.layout != torch.sparse_csr or grad.col_indices().shape != nnz or grad.values().shape != nnz:
+            raise RuntimeError(
+                "cannot sum the gradients of a batched CSR tensor used more than once in one graph: "
+                "PyTorch's addition of batched CSR tensors is broken; use the tensor once per graph, "
+                "or a COO tensor with three sparse dimensions")
+        A = ref()
+        old = A.grad if A is not None and A.grad_fn is None else None
+        if old is None:
+            return grad
+        if not (old.layout == torch.sparse_csr and torch.equal(old.crow_indices(), grad.crow_indices())
+                and torch.equal(old.col_indices(), grad.col_indices())):
+            raise RuntimeError("cannot accumulate into A.grad: it does not hold a batched CSR tensor on A's "
+                               "pattern (set A.grad = None before backward)")
+        A.grad = None            # autograd then stores the sum instead of adding to it
+        return torch.sparse_csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(),
+                                       grad.shape)
+
+    A.register_hook(hook)
+    A._tsgu_batched_grad_hook = True
+
+
+def _values_guard(A: torch.Tensor) -> Optional[torch.Tensor]:
+    """The tensor whose version counter moves when A's values are edited in place:
+    the values given to view.csr_from_values / coo_from_values, or the leaf values
+    given to torch's constructors; None when unknown."""
+    values = getattr(A, "_tsgu_values", None)
+    if values is not None:
+        return values
+    if A.grad_fn is None:
+        return None
+    name = type(A.grad_fn).__name__
+    if name.startswith(("SparseCooTensorWithDimsAndTensorsBackward", "SparseCompressedTensorBackward")):
+        for fn, _ in A.grad_fn.next_functions:
+            leaf = getattr(fn, "variable", None)        # AccumulateGrad of a leaf values tensor
+            if leaf is not None:
+                return leaf
+    return None
+
+
+def _shares_storage(values: torch.Tensor, A: torch.Tensor) -> bool:
+    """Does values alias A's own values array (rather than a private coalesced copy)?"""
+    own = A._values() if A.layout == torch.sparse_coo else A.values()
+    return values.numel() > 0 and values.untyped_storage().data_ptr() == own.untyped_storage().data_ptr()
