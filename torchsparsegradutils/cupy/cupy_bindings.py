@@ -3,6 +3,7 @@
 The backend follows the data: NumPy/SciPy for CPU tensors and NumPy arrays,
 CuPy/cupyx for CUDA tensors and CuPy arrays when CuPy is installed.
 """
+import importlib.util
 import warnings
 from typing import Any, Tuple
 
@@ -10,7 +11,7 @@ import numpy as np
 import scipy.sparse as nsp
 import torch
 
-from . import have_cupy
+have_cupy = importlib.util.find_spec("cupy") is not None
 
 if have_cupy:
     import cupy as cp
