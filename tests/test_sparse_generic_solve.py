@@ -145,7 +145,7 @@ def test_cuda():
 
 
 @pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr])
-def test_finding3_inplace_edit_of_values_raises(layout):
+def test_inplace_edit_of_values_between_forward_and_backward_raises(layout):
     """Issue 7, finding 3: v.mul_(3) on the values A was built from, between forward
     and backward, raises autograd's version-counter error (was a silently wrong gradient)."""
     S, _ = spd(8, layout, seed=5)

@@ -1,10 +1,12 @@
-"""Tests of sparse_mm against dense PyTorch autograd and gradcheck.
+"""Tests of sparse_mm against dense PyTorch autograd and gradcheck: the correctness grid
+(device x route x layout x dtype x shape), gradcheck, the error contract, and the edge
+cases found so far.  The CUDA-only tests (memory, streams, structure checks on the
+device) are in test_sparse_mm_cuda.py.
 
 Reference: the same product on A.to_dense() with torch autograd; A's gradient is
 compared at A's stored positions (the dense gradient masked by A's pattern).
 """
 import json
-import os
 import re
 
 import pytest
@@ -12,7 +14,8 @@ import torch
 from conftest import HALF_DTYPES, LAYOUTS, SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
 
 import torchsparsegradutils as tsgu
-from torchsparsegradutils import _backends, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils import _backends, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils._core import native
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -78,20 +81,43 @@ SHAPES = [(7, 5, 3, 12), (5, 9, 1, 10), (30, 40, 17, 200), (4, 4, 0, 5), (6, 3, 
 
 
 @pytest.fixture(params=["c_kernels", "torch_ops"])
-def path(request):
-    """Run each correctness test through the C kernels and through the torch-ops
-    path that non-CPU tensors take (exercised here on CPU)."""
-    _backends.force_torch_ops = request.param == "torch_ops"
-    yield request.param
-    _backends.force_torch_ops = False
+def path(request, monkeypatch):
+    """Run a CPU test through the C kernels and through the torch-ops route that
+    other devices take (exercised here on CPU)."""
+    monkeypatch.setattr(_backends, "force_torch_ops", request.param == "torch_ops")
+    return request.param
+
+
+ROUTES = [("cpu", "kernels"), ("cpu", "torch_ops"), ("cuda", "kernels"), ("cuda", "torch_ops")]
+
+
+@pytest.fixture(params=ROUTES, ids=["-".join(r) for r in ROUTES])
+def route(request, monkeypatch):
+    """The correctness grid's device and route: our kernels (C on the CPU, CUDA on the
+    GPU) and PyTorch's ops (what CUDA takes in a build without nvcc; forced on the
+    CPU).  Returns the device; the CUDA routes skip without a GPU."""
+    device, via = request.param
+    if device == "cuda":
+        if not HAS_CUDA:
+            pytest.skip("no CUDA device")
+        if via == "kernels" and not tsgu._C.cuda:
+            pytest.skip("built without nvcc: no CUDA kernels")
+        monkeypatch.setattr(native, "cuda_enabled", via == "kernels")
+    else:
+        monkeypatch.setattr(_backends, "force_torch_ops", via == "torch_ops")
+    return device
+
+
+def on(device, *tensors):
+    return [t.to(device) for t in tensors]
 
 
 @pytest.mark.parametrize("layout,batched,itype", GRID)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n,m,p,nnz", SHAPES)
-def test_matches_dense_autograd(path, layout, batched, itype, dtype, n, m, p, nnz):
+def test_matches_dense_autograd(route, layout, batched, itype, dtype, n, m, p, nnz):
     A, B, G, D = make_case(layout, batched, n, m, p, nnz, dtype, itype)
-    check_against_dense(A, B, G, D, TOL[dtype])
+    check_against_dense(*on(route, A, B, G, D), TOL[dtype])
 
 
 @pytest.mark.parametrize("layout", ["coo", "csr"])
@@ -215,94 +241,6 @@ def test_values_grad_of_uncoalesced_coo_duplicates():
     torch.testing.assert_close(v.grad, expect)
 
 
-def test_sparse_csr_tensor_never_densifies():
-    """Our CSR constructor's backward maps the gradient onto values without to_dense."""
-    D = random_dense(1, 50, 40, 100, torch.float64, torch.Generator().manual_seed(3))[0]
-    S = D.to_sparse_csr()
-    v = S.values().clone().requires_grad_()
-    B = torch.randn(40, 4, dtype=torch.float64)
-    with torch.autograd.profiler.profile() as prof:
-        sparse_mm(sparse_csr_tensor(S.crow_indices(), S.col_indices(), v, S.shape), B).sum().backward()
-    names = {e.name for e in prof.function_events}
-    assert not any("to_dense" in nm for nm in names), names
-    ref = dense_reference(D, B, torch.ones(50, 4, dtype=torch.float64))[1]
-    torch.testing.assert_close(v.grad, ref[D != 0])
-
-
-@pytest.mark.parametrize("order", ["sorted", "shuffled", "duplicates"])
-@pytest.mark.parametrize("batched", [False, True])
-def test_sparse_coo_tensor_values_gradient(order, batched):
-    """Our COO constructor: values.grad equals dense autograd's for sorted, unsorted and
-    repeated positions (each repeat gets its matrix entry's gradient), 2-D and batched."""
-    gen = torch.Generator().manual_seed(8)
-    D = random_dense(2 if batched else 1, 9, 7, 20, torch.float64, gen)
-    D = D if batched else D[0]
-    idx = D.to_sparse().coalesce().indices()
-    if order != "sorted":
-        if order == "duplicates":
-            idx = torch.cat([idx, idx[:, :5]], 1)
-        idx = idx[:, torch.randperm(idx.shape[1], generator=gen)]
-    v = torch.randn(idx.shape[1], dtype=torch.float64, generator=gen, requires_grad=True)
-    B = torch.randn(*D.shape[:-2], 7, 3, dtype=torch.float64, generator=gen)
-    G = torch.randn(*D.shape[:-1], 3, dtype=torch.float64, generator=gen)
-    sparse_mm(sparse_coo_tensor(idx, v, D.shape), B).backward(G)
-    v_ref = v.detach().clone().requires_grad_()
-    dense = torch.zeros(D.shape, dtype=torch.float64).index_put(tuple(idx), v_ref, accumulate=True)
-    (dense @ B).backward(G)
-    torch.testing.assert_close(v.grad, v_ref.grad)
-    Bl = B.clone().requires_grad_()
-    f = lambda v, B: sparse_mm(sparse_coo_tensor(idx, v, D.shape), B) ** 2  # noqa: E731
-    assert torch.autograd.gradgradcheck(f, (v.detach().requires_grad_(), Bl))
-
-
-def test_sparse_coo_tensor_same_pattern_is_not_searched(monkeypatch):
-    """On a sorted, unique index array (an edge list), sparse_mm's gradient comes back on
-    the same indices and the constructor hands its values over without any look-up;
-    a dense gradient or another pattern goes through the look-up."""
-    import torchsparsegradutils._core.view as st
-    A, B, _, D = make_case("coo", False, 30, 20, 4, 80, torch.float64, torch.int64, seed=5)
-    idx = A._indices()
-    v = A._values().clone().requires_grad_()
-
-    def no_lookup(*args):
-        raise AssertionError("looked up a gradient that came back on the same pattern")
-    with monkeypatch.context() as mp:
-        mp.setattr(st, "_values_at", no_lookup)
-        sparse_mm(sparse_coo_tensor(idx, v, A.shape), B).sum().backward()
-    ref = dense_reference(D, B, torch.ones(30, 4, dtype=torch.float64))[1]
-    torch.testing.assert_close(v.grad, ref[D != 0])
-    v.grad = None
-    W = torch.randn(D.shape, dtype=torch.float64)
-    (sparse_coo_tensor(idx, v, A.shape).to_dense() * W).sum().backward()
-    torch.testing.assert_close(v.grad, W[D != 0])
-    v.grad = None
-    Wsp = (W * (torch.rand(D.shape) < 0.5)).to_sparse()   # another sparse pattern
-    got = st._values_at(Wsp, list(idx))
-    torch.testing.assert_close(got, Wsp.to_dense()[D != 0])
-    assert torch.equal(st._values_at(torch.zeros(D.shape).to_sparse(), list(idx)), torch.zeros(idx.shape[1]))
-
-
-def test_sparse_csr_tensor_with_other_gradients():
-    """A gradient that arrives dense, or on another sparse pattern, is gathered at the pattern."""
-    from torchsparsegradutils._core.view import values_at_pattern
-    A, _, _, D = make_case("csr", False, 5, 6, 2, 8, torch.float64, torch.int64, seed=4)
-    v = A.values().clone().requires_grad_()
-    S = sparse_csr_tensor(A.crow_indices(), A.col_indices(), v, A.shape)
-    W = torch.randn(D.shape, dtype=torch.float64)
-    (S.to_dense() * W).sum().backward()
-    torch.testing.assert_close(v.grad, W[D != 0])
-    assert torch.autograd.gradcheck(
-        lambda v: sparse_csr_tensor(A.crow_indices(), A.col_indices(), v, A.shape).to_dense(), (v,))
-    # batched pattern (torch cannot differentiate to_dense of batched CSR; call the mapping directly)
-    Ab, _, _, Db = make_case("csr", True, 5, 6, 2, 8, torch.float64, torch.int64, seed=4)
-    Wb = torch.randn(Db.shape, dtype=torch.float64)
-    got = values_at_pattern(Wb, Ab.crow_indices(), Ab.col_indices())
-    torch.testing.assert_close(got, Wb[Db != 0].reshape(Ab.values().shape))
-    Wsp = (Wb * (torch.rand(Db.shape) < 0.5)).to_sparse()   # another sparse pattern
-    got = values_at_pattern(Wsp, Ab.crow_indices(), Ab.col_indices())
-    torch.testing.assert_close(got, Wsp.to_dense()[Db != 0].reshape(Ab.values().shape))
-
-
 # ---------------------------------------------------------------- published examples
 def test_published_examples():
     indices = torch.tensor([[0, 0, 1, 1, 2, 2], [0, 2, 1, 3, 0, 2]])
@@ -362,87 +300,6 @@ def test_error_devices():
         sparse_mm(torch.eye(3).to_sparse().cuda(), torch.randn(3, 2))
 
 
-def test_private_kernels_check_their_arguments():
-    """The C entry points validate shapes, dtypes and devices themselves."""
-    from torchsparsegradutils import _C
-    ptr, col, val = torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2)
-    B, C = torch.ones(3, 2), torch.empty(2, 2)
-    _C.spmm(ptr, col, val, 1, 2, 3, B, C, 1)
-    torch.testing.assert_close(C, torch.ones(2, 2))
-    out = torch.empty(3, 2)
-    _C.spmm_t(ptr, col, val, 1, 2, 3, C, out, 1)
-    torch.testing.assert_close(out, torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]))
-    with pytest.raises(TypeError, match="int32 or int64"):
-        _C.spmm(ptr.float(), col, val, 1, 2, 3, B, C, 1)
-    with pytest.raises(TypeError, match="same dtype"):
-        _C.spmm(ptr, col.int(), val, 1, 2, 3, B, C, 1)
-    with pytest.raises(ValueError, match="one value per entry"):
-        _C.spmm(ptr, col, torch.ones(3), 1, 2, 3, B, C, 1)
-    with pytest.raises(ValueError, match="shape"):
-        _C.spmm(ptr, col, val, 1, 2, 3, torch.ones(4, 2), C, 1)
-    with pytest.raises(ValueError, match="grad must have shape"):
-        _C.spmm_t(ptr, col, val, 1, 2, 3, torch.ones(3, 2), out, 1)
-    with pytest.raises(TypeError, match="dtype of the sparse values"):
-        _C.spmm(ptr, col, val, 1, 2, 3, B.double(), C, 1)
-    with pytest.raises(TypeError, match="dtype of the sparse values"):
-        _C.sddmm(ptr, col, 1, 2, 3, C.half(), B.to(torch.bfloat16), torch.empty(2, dtype=torch.bfloat16), 1)
-    with pytest.raises(TypeError, match="values must be float16, bfloat16, float32 or float64"):
-        _C.spmm(ptr, col, val.to(torch.int16), 1, 2, 3, B, C, 1)
-    with pytest.raises(TypeError, match="values must be float32 or float64"):    # 16-bit only for sparse_mm
-        _C.trisolve(ptr, col, val.half(), 1, 2, torch.ones(2, 2).half(), False, False, False, 1)
-    with pytest.raises(ValueError, match="unit stride"):
-        _C.spmm(ptr, col, val, 1, 2, 3, B, torch.empty(2, 4)[:, ::2], 1)
-    with pytest.raises(ValueError, match="out must be contiguous"):
-        _C.spmm(ptr, col, val, 1, 2, 3, B, torch.empty(4, 2)[::2], 1)
-    with pytest.raises(ValueError, match="must have shape"):
-        _C.spmm(ptr, col, val, 2, 2, 3, B, C, 1)
-    with pytest.raises(ValueError, match="malformed sparse matrix: a column index"):
-        _C.spmm_t(ptr, torch.tensor([0, 3]), val, 1, 2, 3, C, out, 1)
-    with pytest.raises(ValueError, match="contiguous"):
-        _C.sddmm(torch.tensor([0, 2, 4])[::1], torch.tensor([0, 1, 2, 3])[::2], 1, 2, 3, C, B, torch.empty(2), 1)
-    with pytest.raises(ValueError, match="indices must be int64"):
-        _C.coo_row_ptr(torch.zeros(3, 2, dtype=torch.int64), (2, 2), None, 1)
-    with pytest.raises(ValueError, match="sizes"):
-        _C.coo_row_ptr(torch.zeros(2, 2, dtype=torch.int64), (2,), None, 1)
-
-
-
-def test_spmm_coo_entry_point():
-    """_C.spmm_coo: the product of COO arrays in one call, False (out untouched) where
-    the caller must take the view instead, errors for malformed input."""
-    from torchsparsegradutils import _C
-    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 4.0]])
-    A = D.to_sparse().coalesce()
-    idx, val, B = A.indices(), A.values(), torch.randn(3, 2)
-
-    def run(idx, val, sizes=(3, 3), rows_per_entry=8, out=None):
-        out = torch.full((sizes[0], 2), 7.0) if out is None else out
-        return _C.spmm_coo(idx, val, sizes, B, out, rows_per_entry, 1), out
-
-    done, C = run(idx, val)
-    assert done is True
-    torch.testing.assert_close(C, D @ B)
-    for args, kwargs in [((idx[:, [2, 3, 0, 1]], val), {}),          # rows out of order
-                         ((idx[:, [1, 0, 2, 3]], val), {}),          # columns out of order in a row
-                         ((idx[:, [0, 0, 1, 2, 3]], val.repeat(2)[:5]), {}),   # a repeated entry
-                         ((idx.t().contiguous().t(), val), {}),      # index rows not unit-stride
-                         ((idx, val), dict(rows_per_entry=1, sizes=(30, 3)))]:   # hypersparse
-        done, C = run(*args, **kwargs)
-        assert done is False and bool((C == 7.0).all())
-    for args, kwargs, exc, match in [
-            ((idx.clamp(max=3) + (idx == 2), val), {}, ValueError, "negative or not less"),
-            ((idx, val[:3]), {}, ValueError, "one value per entry"),
-            ((idx.int(), val), {}, ValueError, "int64 of shape"),
-            ((idx, val.long()), {}, TypeError, "values must be"),
-            ((idx, val), dict(sizes=(3,)), ValueError, "tuple of 2 or 3"),
-            ((idx, val), dict(sizes=(3, -1)), ValueError, "non-negative"),
-            ((idx, val), dict(rows_per_entry=0), ValueError, "rows_per_entry"),
-            ((idx, val), dict(out=torch.empty(3, 4)[:, ::2]), ValueError, "unit stride"),
-            ((idx, val[::1].repeat(2)[::2]), {}, ValueError, "contiguous")]:
-        with pytest.raises(exc, match=match):
-            run(*args, **kwargs)
-
-
 def test_malformed_coo_flagged_coalesced_no_grad():
     """A COO tensor flagged coalesced whose entries are not in order, multiplied
     without grad: the same errors as with grad (the view's checks)."""
@@ -454,59 +311,6 @@ def test_malformed_coo_flagged_coalesced_no_grad():
         for Bx in (B, B.clone().requires_grad_()):
             with pytest.raises(ValueError, match=match):
                 sparse_mm(bad, Bx)
-
-
-@pytest.mark.parametrize("use_table", [True, False])
-def test_no_grad_calls_keep_reference_counts(use_table):
-    """The no-grad paths (COO, CSR, SparseCSR; borrowed or capsule intake) hold no
-    reference to any input after the call."""
-    import gc
-    import sys
-    from torchsparsegradutils import _C
-    A, B, _, _ = make_case("coo", False, 6, 5, 3, 12, torch.float32, torch.int64)
-    csr = A.to_sparse_csr()
-    S = tsgu.SparseCSR(csr.crow_indices(), csr.col_indices(), csr.values(), tuple(csr.shape))
-    watched = [A, csr, B, *S[:3]]
-    try:
-        _C.use_exchange_api(torch.Tensor if use_table else None)
-        for _ in range(3):
-            for X in (A, csr, S):
-                sparse_mm(X, B)
-        gc.collect()
-        refs = [sys.getrefcount(t) for t in watched]
-        for _ in range(200):
-            for X in (A, csr, S):
-                sparse_mm(X, B)
-        gc.collect()
-        assert [sys.getrefcount(t) for t in watched] == refs
-    finally:
-        _C.use_exchange_api(torch.Tensor)
-
-
-def test_tensor_intake_through_the_exchange_table_or_capsules():
-    """The C entry points borrow tensors through PyTorch's DLPack C exchange table where
-    it has one, else take DLPack capsules: both give the same results and errors."""
-    from torchsparsegradutils import _C
-    has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
-    A, B, G, D = make_case("coo", False, 6, 5, 3, 12, torch.float64, torch.int64)
-    expected = D @ B
-    try:
-        for use_table in (True, False):
-            assert _C.use_exchange_api(torch.Tensor if use_table else None) is (use_table and has_table)
-            torch.testing.assert_close(sparse_mm(A, B), expected)
-            torch.testing.assert_close(sparse_mm(A.to_sparse_csr(), B), expected)
-            with pytest.raises(ValueError, match="must have shape"):
-                _C.spmm(*(torch.tensor(x) for x in ([0, 1, 2], [0, 1], [1.0, 1.0])), 2, 2, 3,
-                        torch.ones(3, 2), torch.empty(2, 2), 1)
-            with pytest.raises((TypeError, RuntimeError, AttributeError)):   # not a tensor
-                _C.spmm([0, 1, 2], torch.tensor([0, 1]), torch.ones(2), 1, 2, 3, torch.ones(3, 2),
-                        torch.empty(2, 2), 1)
-        assert _C.use_exchange_api(int) is False            # a type without the table: capsules
-        torch.testing.assert_close(sparse_mm(A, B), expected)
-        with pytest.raises(TypeError, match="a type or None"):
-            _C.use_exchange_api(torch.ones(1))
-    finally:
-        _C.use_exchange_api(torch.Tensor)
 
 
 # ---------------------------------------------------------------- semantics and hygiene
@@ -597,67 +401,6 @@ def test_bilinear_form_huge_n_small_memory():
     assert out["peak_mb"] < 2048, out
 
 
-def test_version_and_exports():
-    assert tsgu.__version__
-    assert set(tsgu.__all__) >= {"sparse_mm", "sparse_csr_tensor"}
-    assert os.path.basename(tsgu._C.__file__).startswith("_C")
-
-
-@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
-@pytest.mark.parametrize("batched", [False, True])
-def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batched):
-    """The grad_B transpose (parallel counting sort) equals a stable sort by column."""
-    from torchsparsegradutils._core.intake import as_csr
-    # large enough that two threads each take a chunk (cost > 2 * 2**18)
-    A, _, _, D = make_case("csr", batched, 800, 700, 1, 540000, torch.float32, itype, seed=9)
-    view = as_csr(A)
-    b, n, m = view.batch, view.nrows, view.ncols
-    rows = torch.repeat_interleave(torch.arange(b * n), (lambda c: c[..., 1:] - c[..., :-1])(
-        view.ptr).reshape(-1))
-    key = (rows // n) * m + view.col.reshape(-1).long()
-    order = torch.sort(key, stable=True).indices
-    expect_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=b * m).cumsum(0)])
-    old = torch.get_num_threads()
-    try:
-        for t in (1, 2):
-            torch.set_num_threads(t)
-            tptr, trow, tperm = _backends.cpu.transpose_pattern(view)
-            assert tptr.dtype == trow.dtype == tperm.dtype == itype
-            assert torch.equal(tptr.long(), expect_ptr)
-            assert torch.equal(tperm.long(), order)
-            assert torch.equal(trow.long(), rows[order] % n)
-    finally:
-        torch.set_num_threads(old)
-
-
-@pytest.mark.parametrize("batched", [False, True])
-def test_coo_row_pointers_for_any_thread_count(batched):
-    """The parallel COO -> row pointer pass equals a bincount, with empty first/last rows."""
-    from torchsparsegradutils import _C
-    g = torch.Generator().manual_seed(11)
-    sizes = (3, 4000, 500) if batched else (12000, 500)
-    nnz = 700_000                                   # > 2 * 2**18: two threads take a chunk each
-    b, n, m = (sizes if batched else (1,) + sizes)
-    rows = torch.randint(1, n - 1, (nnz,), generator=g)          # rows 0 and n-1 stay empty
-    items = torch.randint(0, b, (nnz,), generator=g)
-    key = items * n + rows
-    order = torch.sort(key, stable=True).indices
-    idx = [items[order], rows[order]] if batched else [rows[order]]
-    idx = torch.stack(idx + [torch.randint(0, m, (nnz,), generator=g)]).contiguous()
-    expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=b * n).cumsum(0)])
-    strided = torch.cat([idx, idx], 1)[:, :nnz]      # rows further apart than nnz, as after coalesce()
-    assert not strided.is_contiguous()
-    for t in (1, 2):
-        for ix in (idx, strided):
-            ptr = torch.full((b * n + 1,), -7, dtype=torch.long)
-            _C.coo_row_ptr(ix, sizes, ptr, t)
-            assert torch.equal(ptr, expect)
-    bad = idx.clone()
-    bad[-2, nnz // 2 + 1] = bad[-2, nnz // 2] - 1 if bad[-2, nnz // 2] > 0 else n   # unsorted or out of range
-    with pytest.raises(ValueError, match="malformed sparse matrix"):
-        _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), 2)
-
-
 # ---------------------------------------------------------------- 16-bit values
 # The kernels sum 16-bit products in float32 and round once: against float64
 # sums of the same (rounded) inputs they differ by the final rounding (half a
@@ -695,10 +438,10 @@ def float64_reference(D, mask, B, G):
 @pytest.mark.parametrize("layout,batched,itype", GRID)
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("n,m,p,nnz", SHAPES)
-def test_half_matches_float64_of_the_rounded_inputs(layout, batched, itype, dtype, n, m, p, nnz):
+def test_half_matches_float64_of_the_rounded_inputs(route, layout, batched, itype, dtype, n, m, p, nnz):
     A, B, G, D, mask = rounded_case(layout, batched, n, m, p, nnz, dtype, itype, seed=13)
-    for got, want in zip(grads_of(A, B, G), float64_reference(D, mask, B, G)):
-        torch.testing.assert_close(got.double(), want, **ROUNDED_TOL[dtype])
+    for got, want in zip(grads_of(*on(route, A, B, G)), float64_reference(D, mask, B, G)):
+        torch.testing.assert_close(got.cpu().double(), want, **ROUNDED_TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32] + HALF)
@@ -724,61 +467,7 @@ def test_batched_wide_p_same_bits_for_any_thread_count(layout, dtype):
         torch.testing.assert_close(got.double(), want, **tol)
 
 
-def _same_as_torch(got, want):
-    """Equal bits, except that NaN only has to be NaN and zero only zero (the
-    kernels' sums start at +0, so -0 + -0 comes out +0)."""
-    nan = torch.isnan(want.float())
-    assert torch.equal(torch.isnan(got.float()), nan)
-    zero = want.float() == 0
-    assert torch.equal(got.float() == 0, zero)
-    keep = ~(nan | zero)
-    assert torch.equal(got.view(torch.int16)[keep], want.view(torch.int16)[keep])
-
-
-def _all_patterns(dtype):
-    return torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
-
-
-@pytest.mark.parametrize("dtype", HALF)
-def test_half_conversions_of_every_bit_pattern(dtype):
-    """Every one of the 65536 values x, widened and summed with y in float32, then
-    rounded back, as torch does it: y = 0 (x itself), and y = -x's unit in the last
-    place times 1/2 (a tie: rounds to even), 1/4 and 3/4 (to nearest), so a wrong
-    widening or rounding of any pattern shows.  Through sparse_mm: A = [[1, 1]]
-    and B = [x; y], so C = round(float(x) + float(y)) (exact in float32)."""
-    x = _all_patterns(dtype)
-    nxt = (x.view(torch.int16).to(torch.int32) + 1).to(torch.int16).view(dtype)   # next away from 0
-    ulp = (nxt.float() - x.float()).abs()
-    ones = torch.ones(2, dtype=dtype)
-    A = torch.sparse_csr_tensor(torch.tensor([0, 2]), torch.tensor([0, 1]), ones, (1, 2))
-    for frac in (0.0, 0.5, 0.25, 0.75):
-        y = torch.nan_to_num(-ulp * frac, nan=0.0).to(dtype)
-        got = sparse_mm(A, torch.stack([x, y]))[0]
-        _same_as_torch(got, (x.float() + y.float()).to(dtype))
-
-
-@pytest.mark.parametrize("dtype", HALF)
-def test_half_rounding_of_products_matches_torch(dtype):
-    """C = round(a_i * b_ij) (exact in float32) for a diagonal A of random bit
-    patterns and B of random and edge-case values: overflow to infinity, underflow
-    into the subnormals and to zero, NaN and infinity inputs, ties; the kernels'
-    rounding against torch's float32 -> 16-bit conversion."""
-    g = seeded("half rounding", str(dtype))
-    n, p = 512, 200
-    a = torch.randint(-2 ** 15, 2 ** 15, (n,), generator=g, dtype=torch.int32).to(torch.int16).view(dtype)
-    b = torch.randint(-2 ** 15, 2 ** 15, (n, p), generator=g, dtype=torch.int32).to(torch.int16).view(dtype)
-    info = torch.finfo(dtype)
-    edge = torch.tensor([0.0, -0.0, 1.0, 1.5, 3.0, info.max, -info.max, info.tiny, info.tiny / 2, info.eps,
-                         float("inf"), float("-inf"), float("nan"), 2 ** -24, 2 ** -25, 65520.0, 65519.0, 2 ** -14,
-                         1 + 2 ** -10, 1 + 2 ** -9, 0.333, -7.5e-5]).to(dtype)
-    b[: edge.numel(), : edge.numel()] = edge[None, :] * torch.ones(edge.numel(), 1, dtype=dtype)
-    a[: edge.numel()] = edge
-    A = torch.sparse_csr_tensor(torch.arange(n + 1), torch.arange(n), a, (n, n))
-    got = sparse_mm(A, b)
-    _same_as_torch(got, (a.float()[:, None] * b.float()).to(dtype))
-
-
-# ---------------------------------------------------------------- regressions of issue 7
+# ---------------------------------------------------------------- edge cases
 def _coo_rows_apart(entry, size):
     """A one-entry COO whose index array is a column of a wider buffer: its
     rows lie 2 elements apart in memory (as coalesce() of duplicates leaves it)."""
@@ -787,7 +476,7 @@ def _coo_rows_apart(entry, size):
     return torch.sparse_coo_tensor(idx, torch.tensor([1.0]), size)
 
 
-def test_finding1_one_entry_coo_with_strided_indices():
+def test_one_entry_coo_with_strided_indices():
     A = _coo_rows_apart((0, 2, 1), (1, 3, 3))
     B = torch.arange(9.0).reshape(1, 3, 3)
     C = sparse_mm(A, B)
@@ -797,7 +486,7 @@ def test_finding1_one_entry_coo_with_strided_indices():
     torch.testing.assert_close(sparse_mm(A2, B[0]), A2.to_dense() @ B[0])
 
 
-def test_finding1_duplicates_collapsing_to_one_entry():
+def test_duplicates_collapsing_to_one_entry():
     """Coalescing two duplicates leaves one entry with a non-unit-stride index array."""
     for _ in range(20):                                          # the fault varied from run to run
         A = torch.sparse_coo_tensor([[0, 0], [2, 2], [1, 1]], [1.0, 2.0], (1, 3, 3)).requires_grad_()
@@ -813,7 +502,7 @@ def test_finding1_duplicates_collapsing_to_one_entry():
         torch.testing.assert_close(A.grad.to_dense(), Ad.grad * (Ad.detach() != 0))
 
 
-def test_finding1_expanded_one_entry_indices_in_child():
+def test_expanded_one_entry_indices_in_a_child():
     """Stride-0 (expanded) indices: once a heap-buffer-overflow read; in a child in case it crashes."""
     r = run_child("""
         A = torch.sparse_coo_tensor(torch.tensor([[0], [2], [1]]).expand(3, 4), torch.ones(4), (1, 3, 3))
@@ -825,7 +514,7 @@ def test_finding1_expanded_one_entry_indices_in_child():
 
 
 @pytest.mark.parametrize("layout", ["csr", "coo"])
-def test_finding2_negative_bit_operands(layout):
+def test_lazily_negated_operands(layout):
     """B (and the upstream gradient) with PyTorch's negative bit: their values are
     minus their memory, which DLPack cannot say."""
     D = torch.tensor([[1.0, 2.0, 0.0], [0.0, 3.0, 0.0], [4.0, 0.0, 5.0]])
@@ -846,7 +535,7 @@ def test_finding2_negative_bit_operands(layout):
 
 
 @pytest.mark.parametrize("ctor", ["torch_csr", "ours_csr", "coo_coalesced_flag"])
-def test_finding3_edit_of_values_without_grad_never_changes_grad_B(ctor):
+def test_edit_of_values_without_grad_never_changes_grad_B(ctor):
     """Values that need no gradient, edited after forward: grad_B must be that of
     the values of the forward pass (or the version-counter error is raised)."""
     crow, col = torch.tensor([0, 1, 2]), torch.tensor([0, 1])
@@ -888,7 +577,7 @@ def _well_formed_csr_like(g, A):
 
 
 @pytest.mark.parametrize("b", [1, 2])
-def test_finding4_batched_csr_grad_accumulates(b):
+def test_batched_csr_grad_accumulates(b):
     """Two backward calls into one batched CSR leaf: twice the gradient, or a clear error."""
     A, B, D = _batched_csr_case(b, 0)
     try:
@@ -904,7 +593,7 @@ def test_finding4_batched_csr_grad_accumulates(b):
 
 
 @pytest.mark.parametrize("b", [1, 2])
-def test_finding4_batched_csr_second_derivatives(b):
+def test_batched_csr_second_derivatives(b):
     """d/dA of a function of grad_B, for a batched CSR leaf: right values on A's
     pattern, or a clear error; never a malformed tensor."""
     A, B, D = _batched_csr_case(b, 1)
@@ -922,7 +611,7 @@ def test_finding4_batched_csr_second_derivatives(b):
     torch.testing.assert_close(gA.to_dense(), gAd * (D != 0))
 
 
-def test_finding5_huge_int64_structure_is_checked_before_use():
+def test_huge_int64_structure_is_checked_before_use():
     """Row pointers and columns near 2**62, large enough to run on two threads: a
     ValueError, and (checked by the sanitizer job, where UBSan halts on it) no
     signed overflow on the way."""
@@ -938,7 +627,7 @@ def test_finding5_huge_int64_structure_is_checked_before_use():
 
 
 @pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
-def test_finding6_hypersparse_coo_in_bounded_memory():
+def test_hypersparse_coo_in_bounded_memory():
     """2**31 + 5 rows, 2 entries: O(nnz) memory or a clear ValueError before allocating,
     under a 4 GB address-space limit.  (p = 0 keeps the dense output empty: any
     p >= 1 needs >= 8 GB for the output alone.)"""
@@ -976,7 +665,7 @@ def _csr_layer():
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_finding7_torch_compile_of_a_csr_layer(backend):
+def test_torch_compile_of_a_csr_layer(backend):
     """torch.compile (fullgraph=False) of a layer calling sparse_mm on a CSR tensor:
     a graph break at worst, and the eager result and gradient."""
     torch._dynamo.reset()
@@ -1000,7 +689,7 @@ FUNC_UNSUPPORTED = r"torch\.func"
 
 
 @pytest.mark.parametrize("transform", ["grad", "jvp"])
-def test_finding8_torch_func_with_csr_is_clear(transform):
+def test_torch_func_with_csr_is_clear(transform):
     """torch.func transforms over sparse_mm with a CSR A: the right answer, or an
     error whose message names torch.func as what is unsupported."""
     S = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]).to_sparse_csr()
@@ -1033,169 +722,7 @@ def test_hypersparse_coo_matches_dense(p):
     torch.testing.assert_close(A.grad.to_dense(), Ad.grad * (Ad.detach() != 0))
 
 
-# ---------------------------------------------------------------- issue 10: COO structure, per-call path
-def _unsorted_coo_indices(n, m, nnz, seed):
-    """A (2, nnz) index array in random order, a quarter of its positions repeated."""
-    g = seeded(f"unsorted{seed}")
-    key = torch.randperm(n * m, generator=g)[:nnz]
-    q = nnz // 4
-    key[:q] = key[q:2 * q]
-    key = key[torch.randperm(nnz, generator=g)]
-    return torch.stack([key // m, key % m])
-
-
-def _check_coo_product(idx, vals, B, shape):
-    """sparse_mm of torch.sparse_coo_tensor(idx, vals) (vals a leaf) against dense
-    autograd: the product and the gradients of vals and B."""
-    A = torch.sparse_coo_tensor(idx, vals, shape)
-    Bx = B.clone().requires_grad_()
-    C = sparse_mm(A, Bx)
-    G = torch.randn(C.shape, generator=seeded("G"), dtype=C.dtype)
-    gv, gB = torch.autograd.grad(C, (vals, Bx), G)
-    D = A.detach().to_dense().requires_grad_()
-    Cr = D @ B
-    gD, = torch.autograd.grad(Cr, (D,), G)
-    torch.testing.assert_close(C, Cr)
-    torch.testing.assert_close(gB, D.detach().t() @ G)
-    torch.testing.assert_close(gv, gD[tuple(idx)])
-
-
-@pytest.fixture
-def structures():
-    """The cache of coalesced structures, emptied before and after the test."""
-    from torchsparsegradutils._core.intake import CPU_STRUCTURES
-    CPU_STRUCTURES.entries.clear()
-    yield CPU_STRUCTURES.entries
-    CPU_STRUCTURES.entries.clear()
-
-
-def test_unflagged_sorted_coo_needs_no_structure(structures):
-    """A COO not flagged coalesced whose entries are sorted and unique is read as it
-    is: no sort, nothing cached, the gradient on its own indices."""
-    D = random_dense(1, 9, 7, 20, torch.float64, seeded("unflagged"))[0]
-    A = to_sparse(D, "coo_unflagged").requires_grad_()
-    assert not A.is_coalesced()
-    B = torch.randn(7, 3, dtype=torch.float64, generator=seeded("B"))
-    sparse_mm(A, B).sum().backward()
-    assert len(structures) == 0
-    assert torch.equal(A.grad._indices(), A._indices())
-    torch.testing.assert_close(A.grad.to_dense(), (torch.ones(9, 3, dtype=torch.float64) @ B.t()) * (D != 0))
-
-
-def test_unsorted_coo_structure_is_reused_and_follows_in_place_edits(structures):
-    """An unsorted COO's coalesced structure is derived once and reused while its
-    indices hold the same content.  An in-place edit of the user's index tensor
-    (which moves no version counter the sparse tensor can see) gets a new one."""
-    n, m = 30, 20
-    idx = _unsorted_coo_indices(n, m, 120, 0)
-    vals = torch.randn(120, dtype=torch.float64, generator=seeded("v"), requires_grad=True)
-    B = torch.randn(m, 4, dtype=torch.float64, generator=seeded("B"))
-    _check_coo_product(idx, vals, B, (n, m))
-    assert len(structures) == 1
-    first = next(iter(structures.values()))
-    _check_coo_product(idx, vals, B, (n, m))
-    assert next(iter(structures.values())) is first                     # reused
-    A = torch.sparse_coo_tensor(idx, vals, (n, m))
-    version = A._indices()._version
-    idx[1, :7] = (idx[1, :7] + 3) % m                                   # edit through the user's tensor
-    assert A._indices()._version == version                             # invisible to A's counter
-    _check_coo_product(idx, vals, B, (n, m))
-    assert len(structures) == 1 and next(iter(structures.values())) is not first
-    torch.testing.assert_close(sparse_mm(A, B), A.detach().to_dense() @ B)   # the old A sees the edit too
-
-
-def test_unsorted_coo_new_tensor_in_old_memory(structures):
-    """A new index tensor in the memory of a freed one (same address, shape and
-    strides: the cache key) with other content is not served the old structure."""
-    n, m, nnz = 25, 25, 80
-    buf = torch.empty(2, nnz, dtype=torch.int64)
-    B = torch.randn(m, 2, dtype=torch.float64, generator=seeded("B"))
-    for seed in range(3):
-        buf.copy_(_unsorted_coo_indices(n, m, nnz, seed))
-        idx = buf.view(2, nnz)                 # a new tensor object each time, same memory
-        vals = torch.randn(nnz, dtype=torch.float64, generator=seeded(f"v{seed}"), requires_grad=True)
-        _check_coo_product(idx, vals, B, (n, m))
-        del idx
-    assert len(structures) == 1
-
-
-def test_malformed_unsorted_coo_still_raises_with_a_structure_cached(structures):
-    """A cached structure never stands in for the checks: an index array out of
-    range raises, whether it is another tensor or the cached one edited in place."""
-    n, m = 12, 10
-    idx = _unsorted_coo_indices(n, m, 40, 1)
-    vals = torch.randn(40, dtype=torch.float64)
-    B = torch.randn(m, 2, dtype=torch.float64)
-    sparse_mm(torch.sparse_coo_tensor(idx, vals, (n, m)), B)
-    assert len(structures) == 1
-    bad = idx.clone()
-    bad[1, 5] = m                                                       # column out of range
-    with pytest.raises(ValueError, match="malformed sparse matrix"):
-        sparse_mm(torch.sparse_coo_tensor(bad, vals, (n, m), check_invariants=False), B)
-    A = torch.sparse_coo_tensor(idx, vals, (n, m))
-    idx[0, 3] = -1                                                      # the cached array, edited
-    with pytest.raises(ValueError, match="malformed sparse matrix"):
-        sparse_mm(A, B)
-    idx[0, 3] = n
-    with pytest.raises(ValueError, match="malformed sparse matrix"):
-        sparse_mm(A, B)
-
-
-def test_structure_cache_keeps_nothing_alive_and_stays_bounded(structures):
-    """The cache holds private tensors only: the user's index tensor and sparse tensor
-    die when the user drops them, the entry goes at the next look-up, and no more
-    than _MAX_STRUCTURES entries are ever kept."""
-    import gc
-    import weakref
-
-    from torchsparsegradutils._core.intake import CPU_STRUCTURES
-    n, m = 20, 20
-    B = torch.randn(m, 2, dtype=torch.float64)
-    idx = _unsorted_coo_indices(n, m, 50, 2)
-    A = torch.sparse_coo_tensor(idx, torch.randn(50, dtype=torch.float64), (n, m))
-    sparse_mm(A, B)
-    refs = [weakref.ref(idx), weakref.ref(A)]
-    del idx, A
-    gc.collect()
-    assert all(r() is None for r in refs)
-    alive = [_unsorted_coo_indices(n, m, 50, 10 + k) for k in range(3 * CPU_STRUCTURES.size)]
-    for k, ix in enumerate(alive):
-        sparse_mm(torch.sparse_coo_tensor(ix, torch.randn(50, dtype=torch.float64), (n, m)), B)
-        assert len(structures) <= CPU_STRUCTURES.size
-        assert all(not r.expired() for refs, _ in structures.values() for r in refs)
-
-
-@pytest.mark.parametrize("batched", [False, True])
-def test_coo_row_pointer_probe_for_any_thread_count(batched):
-    """The probe answers 'sorted and unique' (and fills the pointers then), for any
-    thread count and wherever the first repeat or inversion lies, and checks every
-    range either way."""
-    from torchsparsegradutils import _C
-    g = seeded(f"probe{batched}")
-    sizes = (3, 4000, 500) if batched else (12000, 500)
-    nnz = 700_000
-    b, n, m = (sizes if batched else (1,) + sizes)
-    key = torch.unique(torch.randint(0, b * n * m, (nnz + nnz // 10,), generator=g))[:nnz]
-    r, j = key // m, key % m
-    idx = torch.stack([r // n, r % n, j] if batched else [r, j]).contiguous()
-    expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(r, minlength=b * n).cumsum(0)])
-    for t in (1, 2):
-        ptr = torch.full((b * n + 1,), -7, dtype=torch.long)
-        assert _C.coo_row_ptr(idx, sizes, ptr, t, True) is True
-        assert torch.equal(ptr, expect)
-        for at in (1, nnz // 2, nnz // 2 + 1, nnz - 1):     # a repeat, then an inversion, at chunk edges too
-            rep = idx.clone()
-            rep[:, at] = rep[:, at - 1]
-            inv = idx.clone()
-            inv[:, [at - 1, at]] = inv[:, [at, at - 1]]
-            for bad in (rep, inv):
-                assert _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), t, True) is False
-        oob = inv.clone()
-        oob[-1, -1] = m                                      # out of range after the inversion
-        with pytest.raises(ValueError, match="malformed sparse matrix"):
-            _C.coo_row_ptr(oob, sizes, torch.empty(b * n + 1, dtype=torch.long), t, True)
-    with pytest.raises(ValueError, match="probe needs row_ptr"):
-        _C.coo_row_ptr(idx, sizes, None, 1, True)
+# ---------------------------------------------------------------- the no-grad path
 
 
 @pytest.mark.parametrize("layout", LAYOUTS + ("coo_unflagged",))
@@ -1233,13 +760,3 @@ def test_forward_mode_ad_still_refused():
             sparse_mm(A, fwAD.make_dual(B, torch.ones_like(B)))
 
 
-def test_kernels_take_the_registered_exporter():
-    """Tensors reach C through torch.utils.dlpack.to_dlpack; plain() guarantees what
-    that export does not check (no gradient, no negation bit)."""
-    from torchsparsegradutils._core.view import plain
-    x = torch.randn(3, requires_grad=True)
-    assert not plain(x).requires_grad
-    neg = torch._neg_view(torch.tensor([1.0, -2.0]))
-    assert neg.is_neg() and not plain(neg).is_neg() and torch.equal(plain(neg), torch.tensor([-1.0, 2.0]))
-    with pytest.raises(TypeError, match="callable"):
-        tsgu._C.set_exporter(3)

@@ -304,7 +304,7 @@ def test_cuda_matches_dense(transpose):
 
 
 @pytest.mark.parametrize("ctor", ["coo", "csr"])
-def test_finding3_inplace_edit_of_values_raises(ctor):
+def test_inplace_edit_of_values_between_forward_and_backward_raises(ctor):
     """Issue 7, finding 3: v.mul_(3) on the values A was built from, between forward
     and backward, raises autograd's version-counter error (was a silently wrong gradient)."""
     D = tri_dense(1, 5, False, False, torch.float64, seeded("finding3", ctor))[0]

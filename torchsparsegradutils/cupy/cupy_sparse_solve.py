@@ -8,7 +8,7 @@ nnz x k or n x n temporary.
 """
 import inspect
 import warnings
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Union
 
 import torch
 

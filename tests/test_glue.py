@@ -1,0 +1,306 @@
+"""The C extension's glue: tensor intake (DLPack exchange table and capsules, the registered
+exporter), the private entry points' own argument checks, reference counts, the structure
+helpers (row pointers, transpose pattern) for any thread count, and the 16-bit conversions
+against PyTorch's on every bit pattern."""
+import os
+
+import pytest
+import torch
+from conftest import seeded
+from test_sparse_mm import HALF, make_case
+
+import torchsparsegradutils as tsgu
+from torchsparsegradutils import _backends, sparse_mm
+
+
+def test_private_kernels_check_their_arguments():
+    """The C entry points validate shapes, dtypes and devices themselves."""
+    from torchsparsegradutils import _C
+    ptr, col, val = torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2)
+    B, C = torch.ones(3, 2), torch.empty(2, 2)
+    _C.spmm(ptr, col, val, 1, 2, 3, B, C, 1)
+    torch.testing.assert_close(C, torch.ones(2, 2))
+    out = torch.empty(3, 2)
+    _C.spmm_t(ptr, col, val, 1, 2, 3, C, out, 1)
+    torch.testing.assert_close(out, torch.tensor([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]))
+    with pytest.raises(TypeError, match="int32 or int64"):
+        _C.spmm(ptr.float(), col, val, 1, 2, 3, B, C, 1)
+    with pytest.raises(TypeError, match="same dtype"):
+        _C.spmm(ptr, col.int(), val, 1, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="one value per entry"):
+        _C.spmm(ptr, col, torch.ones(3), 1, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="shape"):
+        _C.spmm(ptr, col, val, 1, 2, 3, torch.ones(4, 2), C, 1)
+    with pytest.raises(ValueError, match="grad must have shape"):
+        _C.spmm_t(ptr, col, val, 1, 2, 3, torch.ones(3, 2), out, 1)
+    with pytest.raises(TypeError, match="dtype of the sparse values"):
+        _C.spmm(ptr, col, val, 1, 2, 3, B.double(), C, 1)
+    with pytest.raises(TypeError, match="dtype of the sparse values"):
+        _C.sddmm(ptr, col, 1, 2, 3, C.half(), B.to(torch.bfloat16), torch.empty(2, dtype=torch.bfloat16), 1)
+    with pytest.raises(TypeError, match="values must be float16, bfloat16, float32 or float64"):
+        _C.spmm(ptr, col, val.to(torch.int16), 1, 2, 3, B, C, 1)
+    with pytest.raises(TypeError, match="values must be float32 or float64"):    # 16-bit only for sparse_mm
+        _C.trisolve(ptr, col, val.half(), 1, 2, torch.ones(2, 2).half(), False, False, False, 1)
+    with pytest.raises(ValueError, match="unit stride"):
+        _C.spmm(ptr, col, val, 1, 2, 3, B, torch.empty(2, 4)[:, ::2], 1)
+    with pytest.raises(ValueError, match="out must be contiguous"):
+        _C.spmm(ptr, col, val, 1, 2, 3, B, torch.empty(4, 2)[::2], 1)
+    with pytest.raises(ValueError, match="must have shape"):
+        _C.spmm(ptr, col, val, 2, 2, 3, B, C, 1)
+    with pytest.raises(ValueError, match="malformed sparse matrix: a column index"):
+        _C.spmm_t(ptr, torch.tensor([0, 3]), val, 1, 2, 3, C, out, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        _C.sddmm(torch.tensor([0, 2, 4])[::1], torch.tensor([0, 1, 2, 3])[::2], 1, 2, 3, C, B, torch.empty(2), 1)
+    with pytest.raises(ValueError, match="indices must be int64"):
+        _C.coo_row_ptr(torch.zeros(3, 2, dtype=torch.int64), (2, 2), None, 1)
+    with pytest.raises(ValueError, match="sizes"):
+        _C.coo_row_ptr(torch.zeros(2, 2, dtype=torch.int64), (2,), None, 1)
+
+
+def test_spmm_coo_entry_point():
+    """_C.spmm_coo: the product of COO arrays in one call, False (out untouched) where
+    the caller must take the view instead, errors for malformed input."""
+    from torchsparsegradutils import _C
+    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 4.0]])
+    A = D.to_sparse().coalesce()
+    idx, val, B = A.indices(), A.values(), torch.randn(3, 2)
+
+    def run(idx, val, sizes=(3, 3), rows_per_entry=8, out=None):
+        out = torch.full((sizes[0], 2), 7.0) if out is None else out
+        return _C.spmm_coo(idx, val, sizes, B, out, rows_per_entry, 1), out
+
+    done, C = run(idx, val)
+    assert done is True
+    torch.testing.assert_close(C, D @ B)
+    for args, kwargs in [((idx[:, [2, 3, 0, 1]], val), {}),          # rows out of order
+                         ((idx[:, [1, 0, 2, 3]], val), {}),          # columns out of order in a row
+                         ((idx[:, [0, 0, 1, 2, 3]], val.repeat(2)[:5]), {}),   # a repeated entry
+                         ((idx.t().contiguous().t(), val), {}),      # index rows not unit-stride
+                         ((idx, val), dict(rows_per_entry=1, sizes=(30, 3)))]:   # hypersparse
+        done, C = run(*args, **kwargs)
+        assert done is False and bool((C == 7.0).all())
+    for args, kwargs, exc, match in [
+            ((idx.clamp(max=3) + (idx == 2), val), {}, ValueError, "negative or not less"),
+            ((idx, val[:3]), {}, ValueError, "one value per entry"),
+            ((idx.int(), val), {}, ValueError, "int64 of shape"),
+            ((idx, val.long()), {}, TypeError, "values must be"),
+            ((idx, val), dict(sizes=(3,)), ValueError, "tuple of 2 or 3"),
+            ((idx, val), dict(sizes=(3, -1)), ValueError, "non-negative"),
+            ((idx, val), dict(rows_per_entry=0), ValueError, "rows_per_entry"),
+            ((idx, val), dict(out=torch.empty(3, 4)[:, ::2]), ValueError, "unit stride"),
+            ((idx, val[::1].repeat(2)[::2]), {}, ValueError, "contiguous")]:
+        with pytest.raises(exc, match=match):
+            run(*args, **kwargs)
+
+
+@pytest.mark.parametrize("use_table", [True, False])
+def test_no_grad_calls_keep_reference_counts(use_table):
+    """The no-grad paths (COO, CSR, SparseCSR; borrowed or capsule intake) hold no
+    reference to any input after the call."""
+    import gc
+    import sys
+    from torchsparsegradutils import _C
+    A, B, _, _ = make_case("coo", False, 6, 5, 3, 12, torch.float32, torch.int64)
+    csr = A.to_sparse_csr()
+    S = tsgu.SparseCSR(csr.crow_indices(), csr.col_indices(), csr.values(), tuple(csr.shape))
+    watched = [A, csr, B, *S[:3]]
+    try:
+        _C.use_exchange_api(torch.Tensor if use_table else None)
+        for _ in range(3):
+            for X in (A, csr, S):
+                sparse_mm(X, B)
+        gc.collect()
+        refs = [sys.getrefcount(t) for t in watched]
+        for _ in range(200):
+            for X in (A, csr, S):
+                sparse_mm(X, B)
+        gc.collect()
+        assert [sys.getrefcount(t) for t in watched] == refs
+    finally:
+        _C.use_exchange_api(torch.Tensor)
+
+
+def test_tensor_intake_through_the_exchange_table_or_capsules():
+    """The C entry points borrow tensors through PyTorch's DLPack C exchange table where
+    it has one, else take DLPack capsules: both give the same results and errors."""
+    from torchsparsegradutils import _C
+    has_table = hasattr(torch.Tensor, "__dlpack_c_exchange_api__")
+    A, B, G, D = make_case("coo", False, 6, 5, 3, 12, torch.float64, torch.int64)
+    expected = D @ B
+    try:
+        for use_table in (True, False):
+            assert _C.use_exchange_api(torch.Tensor if use_table else None) is (use_table and has_table)
+            torch.testing.assert_close(sparse_mm(A, B), expected)
+            torch.testing.assert_close(sparse_mm(A.to_sparse_csr(), B), expected)
+            with pytest.raises(ValueError, match="must have shape"):
+                _C.spmm(*(torch.tensor(x) for x in ([0, 1, 2], [0, 1], [1.0, 1.0])), 2, 2, 3,
+                        torch.ones(3, 2), torch.empty(2, 2), 1)
+            with pytest.raises((TypeError, RuntimeError, AttributeError)):   # not a tensor
+                _C.spmm([0, 1, 2], torch.tensor([0, 1]), torch.ones(2), 1, 2, 3, torch.ones(3, 2),
+                        torch.empty(2, 2), 1)
+        assert _C.use_exchange_api(int) is False            # a type without the table: capsules
+        torch.testing.assert_close(sparse_mm(A, B), expected)
+        with pytest.raises(TypeError, match="a type or None"):
+            _C.use_exchange_api(torch.ones(1))
+    finally:
+        _C.use_exchange_api(torch.Tensor)
+
+
+def test_version_and_exports():
+    assert tsgu.__version__
+    assert set(tsgu.__all__) >= {"sparse_mm", "sparse_csr_tensor"}
+    assert os.path.basename(tsgu._C.__file__).startswith("_C")
+
+
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batched):
+    """The grad_B transpose (parallel counting sort) equals a stable sort by column."""
+    from torchsparsegradutils._core.intake import as_csr
+    # large enough that two threads each take a chunk (cost > 2 * 2**18)
+    A, _, _, D = make_case("csr", batched, 800, 700, 1, 540000, torch.float32, itype, seed=9)
+    view = as_csr(A)
+    b, n, m = view.batch, view.nrows, view.ncols
+    rows = torch.repeat_interleave(torch.arange(b * n), (lambda c: c[..., 1:] - c[..., :-1])(
+        view.ptr).reshape(-1))
+    key = (rows // n) * m + view.col.reshape(-1).long()
+    order = torch.sort(key, stable=True).indices
+    expect_ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=b * m).cumsum(0)])
+    old = torch.get_num_threads()
+    try:
+        for t in (1, 2):
+            torch.set_num_threads(t)
+            tptr, trow, tperm = _backends.cpu.transpose_pattern(view)
+            assert tptr.dtype == trow.dtype == tperm.dtype == itype
+            assert torch.equal(tptr.long(), expect_ptr)
+            assert torch.equal(tperm.long(), order)
+            assert torch.equal(trow.long(), rows[order] % n)
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_coo_row_pointers_for_any_thread_count(batched):
+    """The parallel COO -> row pointer pass equals a bincount, with empty first/last rows."""
+    from torchsparsegradutils import _C
+    g = torch.Generator().manual_seed(11)
+    sizes = (3, 4000, 500) if batched else (12000, 500)
+    nnz = 700_000                                   # > 2 * 2**18: two threads take a chunk each
+    b, n, m = (sizes if batched else (1,) + sizes)
+    rows = torch.randint(1, n - 1, (nnz,), generator=g)          # rows 0 and n-1 stay empty
+    items = torch.randint(0, b, (nnz,), generator=g)
+    key = items * n + rows
+    order = torch.sort(key, stable=True).indices
+    idx = [items[order], rows[order]] if batched else [rows[order]]
+    idx = torch.stack(idx + [torch.randint(0, m, (nnz,), generator=g)]).contiguous()
+    expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=b * n).cumsum(0)])
+    strided = torch.cat([idx, idx], 1)[:, :nnz]      # rows further apart than nnz, as after coalesce()
+    assert not strided.is_contiguous()
+    for t in (1, 2):
+        for ix in (idx, strided):
+            ptr = torch.full((b * n + 1,), -7, dtype=torch.long)
+            _C.coo_row_ptr(ix, sizes, ptr, t)
+            assert torch.equal(ptr, expect)
+    bad = idx.clone()
+    bad[-2, nnz // 2 + 1] = bad[-2, nnz // 2] - 1 if bad[-2, nnz // 2] > 0 else n   # unsorted or out of range
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), 2)
+
+
+def _same_as_torch(got, want):
+    """Equal bits, except that NaN only has to be NaN and zero only zero (the
+    kernels' sums start at +0, so -0 + -0 comes out +0)."""
+    nan = torch.isnan(want.float())
+    assert torch.equal(torch.isnan(got.float()), nan)
+    zero = want.float() == 0
+    assert torch.equal(got.float() == 0, zero)
+    keep = ~(nan | zero)
+    assert torch.equal(got.view(torch.int16)[keep], want.view(torch.int16)[keep])
+
+
+def _all_patterns(dtype):
+    return torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_conversions_of_every_bit_pattern(dtype):
+    """Every one of the 65536 values x, widened and summed with y in float32, then
+    rounded back, as torch does it: y = 0 (x itself), and y = -x's unit in the last
+    place times 1/2 (a tie: rounds to even), 1/4 and 3/4 (to nearest), so a wrong
+    widening or rounding of any pattern shows.  Through sparse_mm: A = [[1, 1]]
+    and B = [x; y], so C = round(float(x) + float(y)) (exact in float32)."""
+    x = _all_patterns(dtype)
+    nxt = (x.view(torch.int16).to(torch.int32) + 1).to(torch.int16).view(dtype)   # next away from 0
+    ulp = (nxt.float() - x.float()).abs()
+    ones = torch.ones(2, dtype=dtype)
+    A = torch.sparse_csr_tensor(torch.tensor([0, 2]), torch.tensor([0, 1]), ones, (1, 2))
+    for frac in (0.0, 0.5, 0.25, 0.75):
+        y = torch.nan_to_num(-ulp * frac, nan=0.0).to(dtype)
+        got = sparse_mm(A, torch.stack([x, y]))[0]
+        _same_as_torch(got, (x.float() + y.float()).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_half_rounding_of_products_matches_torch(dtype):
+    """C = round(a_i * b_ij) (exact in float32) for a diagonal A of random bit
+    patterns and B of random and edge-case values: overflow to infinity, underflow
+    into the subnormals and to zero, NaN and infinity inputs, ties; the kernels'
+    rounding against torch's float32 -> 16-bit conversion."""
+    g = seeded("half rounding", str(dtype))
+    n, p = 512, 200
+    a = torch.randint(-2 ** 15, 2 ** 15, (n,), generator=g, dtype=torch.int32).to(torch.int16).view(dtype)
+    b = torch.randint(-2 ** 15, 2 ** 15, (n, p), generator=g, dtype=torch.int32).to(torch.int16).view(dtype)
+    info = torch.finfo(dtype)
+    edge = torch.tensor([0.0, -0.0, 1.0, 1.5, 3.0, info.max, -info.max, info.tiny, info.tiny / 2, info.eps,
+                         float("inf"), float("-inf"), float("nan"), 2 ** -24, 2 ** -25, 65520.0, 65519.0, 2 ** -14,
+                         1 + 2 ** -10, 1 + 2 ** -9, 0.333, -7.5e-5]).to(dtype)
+    b[: edge.numel(), : edge.numel()] = edge[None, :] * torch.ones(edge.numel(), 1, dtype=dtype)
+    a[: edge.numel()] = edge
+    A = torch.sparse_csr_tensor(torch.arange(n + 1), torch.arange(n), a, (n, n))
+    got = sparse_mm(A, b)
+    _same_as_torch(got, (a.float()[:, None] * b.float()).to(dtype))
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_coo_row_pointer_probe_for_any_thread_count(batched):
+    """The probe answers 'sorted and unique' (and fills the pointers then), for any
+    thread count and wherever the first repeat or inversion lies, and checks every
+    range either way."""
+    from torchsparsegradutils import _C
+    g = seeded(f"probe{batched}")
+    sizes = (3, 4000, 500) if batched else (12000, 500)
+    nnz = 700_000
+    b, n, m = (sizes if batched else (1,) + sizes)
+    key = torch.unique(torch.randint(0, b * n * m, (nnz + nnz // 10,), generator=g))[:nnz]
+    r, j = key // m, key % m
+    idx = torch.stack([r // n, r % n, j] if batched else [r, j]).contiguous()
+    expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(r, minlength=b * n).cumsum(0)])
+    for t in (1, 2):
+        ptr = torch.full((b * n + 1,), -7, dtype=torch.long)
+        assert _C.coo_row_ptr(idx, sizes, ptr, t, True) is True
+        assert torch.equal(ptr, expect)
+        for at in (1, nnz // 2, nnz // 2 + 1, nnz - 1):     # a repeat, then an inversion, at chunk edges too
+            rep = idx.clone()
+            rep[:, at] = rep[:, at - 1]
+            inv = idx.clone()
+            inv[:, [at - 1, at]] = inv[:, [at, at - 1]]
+            for bad in (rep, inv):
+                assert _C.coo_row_ptr(bad, sizes, torch.empty(b * n + 1, dtype=torch.long), t, True) is False
+        oob = inv.clone()
+        oob[-1, -1] = m                                      # out of range after the inversion
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            _C.coo_row_ptr(oob, sizes, torch.empty(b * n + 1, dtype=torch.long), t, True)
+    with pytest.raises(ValueError, match="probe needs row_ptr"):
+        _C.coo_row_ptr(idx, sizes, None, 1, True)
+
+
+def test_kernels_take_the_registered_exporter():
+    """Tensors reach C through torch.utils.dlpack.to_dlpack; plain() guarantees what
+    that export does not check (no gradient, no negation bit)."""
+    from torchsparsegradutils._core.view import plain
+    x = torch.randn(3, requires_grad=True)
+    assert not plain(x).requires_grad
+    neg = torch._neg_view(torch.tensor([1.0, -2.0]))
+    assert neg.is_neg() and not plain(neg).is_neg() and torch.equal(plain(neg), torch.tensor([-1.0, 2.0]))
+    with pytest.raises(TypeError, match="callable"):
+        tsgu._C.set_exporter(3)
