@@ -23,7 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-extra = ["-std=c11", "-O3", "-Wall", "-Wextra", "-pthread"]
+# -fvisibility=hidden: the module exports PyInit__C alone (PyMODINIT_FUNC marks it), so the
+# glue's and kernels' functions shared between files bind within the module, never elsewhere
+extra = ["-std=c11", "-O3", "-Wall", "-Wextra", "-pthread", "-fvisibility=hidden"]
 if os.environ.get("TSGU_WERROR"):
     extra.append("-Werror")
 

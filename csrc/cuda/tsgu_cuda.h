@@ -1,4 +1,4 @@
-/* tsgu_cuda.h: the CUDA kernels' launchers, callable from C (csrc/module.c).
+/* tsgu_cuda.h: the CUDA kernels' launchers, callable from C (csrc/glue_cuda.c).
  *
  * Every launcher takes views (tsgu.h) of device memory, launches on the given
  * stream (PyTorch's current stream, cudaStream_t passed as void *), allocates
