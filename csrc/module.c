@@ -274,8 +274,9 @@ static int raise_status(int status)
         break;
     case TSGU_EGROUP:
         PyErr_SetString(PyExc_ValueError, "malformed grouping: a relation index is negative or not less "
-                                          "than the number of relations, or segment offsets do not run "
-                                          "from 0 to the number of rows");
+                                          "than the number of relations, segment offsets do not run "
+                                          "from 0 to the number of rows, or a row order is not a "
+                                          "permutation of the rows");
         break;
     default:
         PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
@@ -581,6 +582,26 @@ static PyObject *py_csr_transpose(PyObject *self, PyObject *args)
         return finish(&c, -1);
     Py_BEGIN_ALLOW_THREADS
     status = tsgu_csr_transpose(&A, data_of(&h[2]), data_of(&h[3]), data_of(&h[4]), nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
+/* ---- csr_check(ptr, col, batch, n, m, nthreads) ----
+ * raises ValueError unless (ptr, col) is a well-formed CSR structure */
+static PyObject *py_csr_check(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[2];
+    long long batch, n, m;
+    int nthreads, status;
+    call c = {0};
+    tsgu_csr A;
+    if (!PyArg_ParseTuple(args, "OOLLLi", &o[0], &o[1], &batch, &n, &m, &nthreads)) return NULL;
+    const char *names[2] = {"crow_indices", "col_indices"};
+    if (take_all(&c, o, names, 2) || make_csr(&c.t[0], &c.t[1], NULL, batch, n, m, &A, 0))
+        return finish(&c, -1);
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_csr_check(&A, nthreads);
     Py_END_ALLOW_THREADS
     return finish(&c, status);
 }
@@ -1212,6 +1233,7 @@ static PyMethodDef methods[] = {
     {"spmm_coo", py_spmm_coo, METH_VARARGS,
      "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
+    {"csr_check", py_csr_check, METH_VARARGS, "csr_check(crow, col, batch, n, m, nthreads): raises if malformed"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
     {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS,

@@ -74,7 +74,9 @@ class SparseCSR(NamedTuple):
     batched COO tensor becomes, items may differ in nnz).  ``size`` is ``(n, m)``
     or ``(b, n, m)``.  Accepted by :func:`~torchsparsegradutils.sparse_mm` wherever
     a torch sparse tensor is; gradients reach ``values`` (shape ``(nnz,)``, never
-    dense).  Structure is checked by the kernels as they read it.
+    dense).  The fields' shapes are checked against ``size`` by every op, the
+    structure by the kernels as they read it, and by :meth:`to_torch` before it
+    hands it to PyTorch.
 
     >>> import torch
     >>> from torchsparsegradutils import SparseCSR, sparse_mm
@@ -121,8 +123,10 @@ class SparseCSR(NamedTuple):
 
     def to_torch(self) -> torch.Tensor:
         """A torch sparse tensor: CSR, or COO for the stacked-rows batch layout;
-        differentiable in ``values``."""
+        differentiable in ``values``.  The structure is checked first (ValueError if
+        malformed): PyTorch's sparse ops trust what they are given."""
         view = self.view()
+        check_structure(view)
         if self.crow_indices.dim() == 2 or len(self.size) == 2:
             return view.grad_like(self.values)
         b, n, m = self.size
@@ -135,6 +139,72 @@ class SparseCSR(NamedTuple):
         shape = self.shape
         return CSRView(self.crow_indices, self.col_indices, self.values, shape[0] if len(shape) == 3 else 1,
                        shape[-2], shape[-1], shape)
+
+
+def check_arrays(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor], shape,
+                 rows: Optional[torch.Tensor] = None) -> None:
+    """The shapes and index dtypes of a CSR pattern's arrays for a matrix (or batch) of
+    `shape`, with a ValueError (TypeError for a dtype) naming what is wrong: shape
+    is (n, m) or (b, n, m), non-negative; ptr is (b*n+1,) with col 1D, or (b, n+1)
+    with col (b, nnz); for a view of a hypersparse COO's non-empty `rows` (see
+    CSRView.rows), ptr is (len(rows)+1,) with col 1D; values, where given, have
+    col's shape (one per stored entry).  The indices themselves are checked by
+    check_structure, or by the kernels as they read them.  (Each property is read
+    once: this runs on every call of an op on a SparseCSR.)"""
+    nd = len(shape)
+    if nd == 2:
+        b, (n, m) = 1, shape
+    elif nd == 3:
+        b, n, m = shape
+    if nd not in (2, 3) or b < 0 or n < 0 or m < 0:
+        raise ValueError(f"a sparse matrix's size must be (n, m) or (b, n, m), none negative; got {tuple(shape)}")
+    itype = ptr.dtype
+    if itype is not col.dtype or (itype is not torch.int64 and itype is not torch.int32):
+        raise TypeError(f"crow_indices and col_indices must be both int32 or both int64, got {itype} "
+                        f"and {col.dtype}")
+    pshape, cshape = ptr.shape, col.shape
+    if rows is not None:
+        ok = rows.dim() == 1 and pshape == (rows.shape[0] + 1,) and len(cshape) == 1
+    elif len(pshape) == 1:
+        ok = pshape[0] == b * n + 1 and len(cshape) == 1
+    else:
+        ok = nd == 3 and pshape == (b, n + 1) and len(cshape) == 2 and cshape[0] == b
+    if not ok:       # the message built only here: torch.compile cannot trace f-strings of sizes
+        want = "(non-empty rows + 1,) with 1D col_indices" if rows is not None else \
+            f"({b * n + 1},) with 1D col_indices" + \
+            (f", or ({b}, {n + 1}) with col_indices ({b}, nnz)" if nd == 3 else "")
+        raise ValueError(f"for a sparse matrix of size {tuple(shape)}, crow_indices must have shape {want}; "
+                         f"got crow_indices {tuple(pshape)} and col_indices {tuple(cshape)}")
+    if values is not None and values.shape != cshape:
+        raise ValueError(f"values must have the shape of col_indices (one value per stored entry); "
+                         f"got {tuple(values.shape)} and {tuple(cshape)}")
+
+
+def check_structure(view: CSRView) -> None:
+    """Check a CSR view made from user arrays before anything but our kernels reads
+    it (their shapes: check_arrays; pointers from 0 to nnz, non-decreasing, columns
+    in range and increasing within a row), raising ValueError: in C on CPU
+    (csrc/csr_check.c), on the device where the CUDA kernels are built, else by
+    PyTorch's own validator."""
+    check_arrays(view.ptr, view.col, view.values, view.shape)
+    ptr, col = plain(view.ptr).contiguous(), plain(view.col).contiguous()
+    if ptr.is_cpu:
+        _C.csr_check(ptr, col, view.batch, view.nrows, view.ncols, torch.get_num_threads())
+    elif _cuda.usable(ptr):
+        _cuda.structure(view._replace(ptr=ptr, col=col))
+    else:
+        _torch_check_structure(ptr, col, view)
+
+
+def _torch_check_structure(ptr: torch.Tensor, col: torch.Tensor, view: CSRView) -> None:
+    """check_structure's indices by PyTorch's validator of compressed tensors (the
+    stacked-rows layout as one matrix of b*n rows)."""
+    shape = view.shape if ptr.dim() == 2 else (view.batch * view.nrows, view.ncols)
+    values = torch.zeros(col.shape, device=col.device)
+    try:
+        torch._validate_sparse_csr_tensor_args(ptr, col, values, shape)
+    except RuntimeError as e:
+        raise ValueError(f"malformed sparse matrix: {e}") from None
 
 
 def entry_rows(crow: torch.Tensor) -> torch.Tensor:

@@ -218,7 +218,8 @@ def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> tor
         out = torch.empty(a.shape[0], M.shape[2], dtype=a.dtype)
         _C.grouped_mm(off, perm, _dense_for_c(a), _dense_for_c(M), out, torch.get_num_threads())
         return out
-    parts = torch.split(_in_group_order(a, perm), _group_lengths(off, a.shape[0]))
+    lengths = _group_lengths(off, perm, a.shape[0])
+    parts = torch.split(_in_group_order(a, perm), lengths)
     out = torch.cat([p @ M[r] for r, p in enumerate(parts)]) if parts else a.new_empty(0, M.shape[2])
     return out if perm is None else torch.empty_like(out).index_copy_(0, perm, out)
 
@@ -229,7 +230,7 @@ def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> 
     if _use_c(off, a, G):
         _C.grouped_mm_tn(off, perm, _dense_for_c(a), _dense_for_c(G), out, torch.get_num_threads())
         return out
-    lengths = _group_lengths(off, a.shape[0])
+    lengths = _group_lengths(off, perm, a.shape[0])
     for r, (ap, gp) in enumerate(zip(torch.split(_in_group_order(a, perm), lengths),
                                      torch.split(_in_group_order(G, perm), lengths))):
         torch.mm(ap.t(), gp, out=out[r])
@@ -237,13 +238,18 @@ def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> 
 
 
 _BAD_GROUPING = ("malformed grouping: a relation index is negative or not less than the number of "
-                 "relations, or segment offsets do not run from 0 to the number of rows")
+                 "relations, segment offsets do not run from 0 to the number of rows, or a row order is "
+                 "not a permutation of the rows")
 
 
-def _group_lengths(off: torch.Tensor, n: int):
-    """The group sizes of offsets off as a list, checked as the C kernels check them."""
+def _group_lengths(off: torch.Tensor, perm, n: int):
+    """The group sizes of offsets off as a list, the grouping checked as the C kernels
+    check it (csrc/groups_check.c)."""
     lengths = torch.diff(off).tolist()
     if off[0] != 0 or sum(lengths) != n or min(lengths, default=0) < 0:
+        raise ValueError(_BAD_GROUPING)
+    if perm is not None and n and (perm.shape != (n,) or bool(((perm < 0) | (perm >= n)).any())
+                                   or bool((torch.bincount(perm, minlength=n) != 1).any())):
         raise ValueError(_BAD_GROUPING)
     return lengths
 
@@ -257,8 +263,17 @@ def _in_group_order(X: torch.Tensor, perm) -> torch.Tensor:
 # (a CSC tensor is read as the CSR view of its transpose); "rows" and "cols" are
 # that matrix's.  mode "rows" gives (b, n), "cols" (b, m), "all" (b,), "both"
 # (2, b, max(n, m)) with [0] the columns and [1] the rows, -inf padded.
+LSE_MODES = ("rows", "cols", "all", "both")
+
+
+def check_lse_mode(mode: str) -> None:
+    if mode not in LSE_MODES:
+        raise ValueError(f"unknown log-sum-exp mode {mode!r}; expected one of {', '.join(map(repr, LSE_MODES))}")
+
+
 def lse_shape(shape, mode: str, transposed: bool):
     """The output shape of lse for a view of shape `shape` ((n, m) or (b, n, m))."""
+    check_lse_mode(mode)
     b = shape[0] if len(shape) == 3 else 1
     n, m = (shape[-1], shape[-2]) if transposed else (shape[-2], shape[-1])
     return {"rows": (b, n), "cols": (b, m), "all": (b,), "both": (2, b, torch.sym_max(n, m))}[mode]
