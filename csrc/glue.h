@@ -114,6 +114,7 @@ PyObject *py_spmm(PyObject *self, PyObject *args);
 PyObject *py_spmm_t(PyObject *self, PyObject *args);
 PyObject *py_spmm_coo(PyObject *self, PyObject *args);
 PyObject *py_sddmm(PyObject *self, PyObject *args);
+PyObject *py_csr_check(PyObject *self, PyObject *args);
 PyObject *py_csr_transpose(PyObject *self, PyObject *args);
 PyObject *py_coo_row_ptr(PyObject *self, PyObject *args);
 /* glue_solve.c: solves */

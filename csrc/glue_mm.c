@@ -137,6 +137,26 @@ PyObject *py_sddmm(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
+/* ---- csr_check(ptr, col, batch, n, m, nthreads) ----
+ * raises ValueError unless (ptr, col) is a well-formed CSR structure */
+PyObject *py_csr_check(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[2];
+    long long batch, n, m;
+    int nthreads, status;
+    call c = {0};
+    tsgu_csr A;
+    if (!PyArg_ParseTuple(args, "OOLLLi", &o[0], &o[1], &batch, &n, &m, &nthreads)) return NULL;
+    const char *names[2] = {"crow_indices", "col_indices"};
+    if (take_all(&c, o, names, 2) || make_csr(&c.t[0], &c.t[1], NULL, batch, n, m, &A, 0))
+        return finish(&c, -1);
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_csr_check(&A, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
 /* ---- csr_transpose(ptr, col, batch, n, m, tptr, trow, tperm, nthreads) ----
  * the pattern of every item's transpose, in the global layout (batch*m+1 pointers) */
 PyObject *py_csr_transpose(PyObject *self, PyObject *args)

@@ -149,8 +149,9 @@ int raise_status(int status)
         break;
     case TSGU_EGROUP:
         PyErr_SetString(PyExc_ValueError, "malformed grouping: a relation index is negative or not less "
-                                          "than the number of relations, or segment offsets do not run "
-                                          "from 0 to the number of rows");
+                                          "than the number of relations, segment offsets do not run "
+                                          "from 0 to the number of rows, or a row order is not a "
+                                          "permutation of the rows");
         break;
     default:
         PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
@@ -229,6 +230,7 @@ static PyMethodDef methods[] = {
     {"spmm_coo", py_spmm_coo, METH_VARARGS,
      "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
     {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
+    {"csr_check", py_csr_check, METH_VARARGS, "csr_check(crow, col, batch, n, m, nthreads): raises if malformed"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
     {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS,

@@ -187,6 +187,7 @@ void tsgu_advise_output(void *data, int64_t bytes);
 
 /* kernels, one per file */
 int tsgu_csr_check_ends(const tsgu_csr *A);
+int tsgu_csr_check(const tsgu_csr *A, int nthreads);
 int tsgu_spmm(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int nthreads);
 int tsgu_spmm_t(const tsgu_csr *A, const tsgu_dense *G, tsgu_dense *out, int nthreads);
 int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
@@ -233,8 +234,8 @@ int tsgu_minres(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, const tsg
 
 /* Rows of a dense matrix in R groups (gather_mm, segment_mm): group r holds the
  * rows perm[q] for q in [off[r], off[r+1]), or the rows q themselves when perm
- * is NULL (consecutive segments).  Kernels check off (0 = off[0] <= ... <=
- * off[R] = rows) and every perm[q] < rows before reading through them. */
+ * is NULL (consecutive segments).  Kernels check the grouping (tsgu_groups_check)
+ * before reading through it. */
 typedef struct {
     int64_t ngroups;     /* R */
     const int64_t *off;  /* R+1 offsets into the row order */
@@ -256,18 +257,8 @@ static inline double tsgu_lse_finish(double shift, double s, int64_t nz)
     return shift + log(nz > 0 ? s + (double)nz * exp(-shift) : s);  /* no 0 * inf */
 }
 
-/* status of a grouping of `rows` rows: its offsets must run from 0 to rows
- * without decreasing (perm is checked by the kernels as they read it) */
-static inline int tsgu_groups_check(const tsgu_groups *g, int64_t rows)
-{
-    const int64_t *off = g->off;
-    if (g->ngroups < 0 || off[0] != 0 || off[g->ngroups] != rows) return TSGU_EGROUP;
-    for (int64_t r = 0; r < g->ngroups; r++)
-        if (off[r + 1] < off[r]) return TSGU_EGROUP;
-    return TSGU_OK;
-}
-
 /* kernels of the grouped products and log-sum-exp (files of the same name) */
+int tsgu_groups_check(const tsgu_groups *g, int64_t rows);
 int tsgu_group_rows(const void *idx, tsgu_index itype, int64_t n, int64_t R, int64_t *off,
                     int64_t *perm);
 int tsgu_grouped_mm(const tsgu_groups *g, const tsgu_dense *A, const tsgu_dense *M, tsgu_dense *C,

@@ -6,7 +6,7 @@ them against eager."""
 import pytest
 import torch
 
-from torchsparsegradutils import SparseCSR, _ops, gather_mm, segment_mm, sparse_bidir_logsumexp, sparse_logsumexp
+from torchsparsegradutils import SparseCSR, _backends, _ops, gather_mm, segment_mm, sparse_bidir_logsumexp, sparse_logsumexp
 from torchsparsegradutils._core.intake import as_csr
 
 OPS = [torch.ops.tsgu.spmm.default, torch.ops.tsgu.spmm_t.default, torch.ops.tsgu.sddmm.default]
@@ -310,3 +310,78 @@ def test_compiled_logsumexp_with_dim_as_an_argument():
         torch.testing.assert_close(f(S, dim, keepdim), torch.logsumexp(D, dim, keepdim=keepdim))
     with pytest.raises(torch._dynamo.exc.Unsupported, match="batch dimension"):   # fullgraph: Dynamo's error
         f(S, 0, False)
+
+
+# ------------------------------------------------- arguments checked as the public API checks them
+def _spmm_family_calls(shape, a, ptr=torch.tensor([0, 1, 2]), col=torch.tensor([0, 1])):
+    """Every op on a CSR pattern, called directly with these arguments."""
+    X, Y = torch.ones(2, 1), torch.ones(2, 1)
+    L = torch.zeros(1, 2)
+    t = torch.ops.tsgu
+    return {
+        "spmm": lambda: t.spmm(ptr, col, None, shape, a, X),
+        "spmm_t": lambda: t.spmm_t(ptr, col, None, shape, a, Y),
+        "sddmm": lambda: t.sddmm(ptr, col, None, shape, Y, X),
+        "trisolve": lambda: t.trisolve(ptr, col, None, shape, a, X, False, False, False),
+        "lse": lambda: t.lse(ptr, col, shape, a, "rows", True),
+        "lse_grad": lambda: t.lse_grad(ptr, col, shape, a, L, L, "rows"),
+        "lse_wsum": lambda: t.lse_wsum(ptr, col, shape, a, L, a, "rows"),
+    }
+
+
+def _eager_and_fake(call):
+    """call() on real tensors, then traced with fake tensors (the fake implementations)."""
+    call()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        call()
+
+
+@pytest.mark.parametrize("shape", [[1, 1, 2, 2], [2], [2, -2]], ids=["4d", "1d", "negative"])
+def test_sparse_ops_refuse_a_size_that_is_not_2d_or_3d(shape):
+    """A 4-element shape once passed, and the fake output's rank disagreed with the real one's."""
+    for name, call in _spmm_family_calls(shape, torch.ones(2)).items():
+        with pytest.raises(ValueError, match=r"size must be \(n, m\) or \(b, n, m\)"):
+            _eager_and_fake(call)
+
+
+def test_sparse_ops_refuse_values_that_are_not_one_per_entry():
+    for values in (torch.ones(1, 2), torch.ones(3)):
+        for name, call in _spmm_family_calls([2, 2], values).items():
+            if name == "sddmm":
+                continue                          # takes no values
+            with pytest.raises(ValueError, match="values must have the shape of col_indices"):
+                _eager_and_fake(call)
+
+
+def test_sparse_ops_refuse_pointers_of_another_shape():
+    for ptr in (torch.tensor([0, 1, 2, 2]), torch.tensor([[0, 1, 2]])):
+        for name, call in _spmm_family_calls([2, 2], torch.ones(2), ptr=ptr).items():
+            with pytest.raises(ValueError, match="crow_indices must have shape"):
+                _eager_and_fake(call)
+
+
+@pytest.mark.parametrize("op", ["lse", "lse_grad", "lse_wsum"])
+def test_lse_ops_refuse_an_unknown_mode(op):
+    """Once a bare KeyError (lse) or a silent column reduction (lse_grad, lse_wsum)."""
+    ptr, col, a, L = torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.ones(2), torch.zeros(1, 2)
+    call = {"lse": lambda: torch.ops.tsgu.lse(ptr, col, [2, 2], a, "row", True),
+            "lse_grad": lambda: torch.ops.tsgu.lse_grad(ptr, col, [2, 2], a, L, L, "row"),
+            "lse_wsum": lambda: torch.ops.tsgu.lse_wsum(ptr, col, [2, 2], a, L, a, "row")}[op]
+    with pytest.raises(ValueError, match="unknown log-sum-exp mode 'row'"):
+        _eager_and_fake(call)
+
+
+@pytest.mark.parametrize("path", ["C", "torch_ops"])
+@pytest.mark.parametrize("perm", [[0, 0, 0, 0], [0, 1, 1, 3], [3, 2, 1, 4], [0, -1, 2, 3]],
+                         ids=["zeros", "repeat", "too_large", "negative"])
+def test_grouped_ops_refuse_a_row_order_that_is_not_a_permutation(path, perm, monkeypatch):
+    """With a perm naming some row twice, grouped_mm once returned the rows never named
+    as uninitialised memory."""
+    monkeypatch.setattr(_backends, "force_torch_ops", path == "torch_ops")
+    off, perm = torch.tensor([0, 1, 4]), torch.tensor(perm)
+    a, M, G = torch.randn(4, 3), torch.randn(2, 3, 5), torch.randn(4, 5)
+    with pytest.raises(ValueError, match="not a permutation of the rows"):
+        torch.ops.tsgu.grouped_mm(off, perm, a, M)
+    with pytest.raises(ValueError, match="not a permutation of the rows"):
+        torch.ops.tsgu.grouped_mm_tn(off, perm, a, G)

@@ -147,3 +147,60 @@ def test_fullgraph_compile_of_a_gcn_matches_eager():
     grads_e = torch.autograd.grad(model(S._replace(values=w), X).square().sum(), [w, *model.parameters()])
     for gc, ge in zip(grads_c, grads_e):
         torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-5)
+
+
+MALFORMED_COMPONENTS = {
+    "crow_decreasing": ([0, 2, 1, 3], [0, 1, 2], (3, 3)),
+    "col_out_of_range": ([0, 1, 2, 2], [0, 5], (3, 3)),
+    "col_negative": ([0, 1, 2, 2], [0, -1], (3, 3)),
+    "cols_unsorted": ([0, 2, 2, 2], [2, 0], (3, 3)),
+    "crow_not_ending_at_nnz": ([0, 1, 2, 5], [0, 1], (3, 3)),
+    "batched_item_decreasing": ([[0, 1, 2, 3], [0, 2, 1, 3]], [[0, 1, 2], [0, 1, 2]], (2, 3, 3)),
+    "stacked_col_out_of_range": ([0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 0, 1, 5], (2, 3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED_COMPONENTS))
+def test_to_torch_refuses_a_malformed_structure(name):
+    """PyTorch's sparse ops trust the tensor to_torch builds: with a decreasing crow its
+    to_dense() once crashed, with a column out of range torch.sparse.mm read out of bounds."""
+    crow, col, size = MALFORMED_COMPONENTS[name]
+    col = torch.tensor(col)
+    S = SparseCSR(torch.tensor(crow), col, torch.ones(col.shape), size)
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        S.to_torch()
+
+
+def test_to_torch_structure_check_without_our_kernels():
+    """Where neither the C nor the CUDA kernels take the arrays, PyTorch's validator
+    checks them (run here on CPU arrays)."""
+    from torchsparsegradutils._core.intake import _torch_check_structure
+    for name, (crow, col, size) in MALFORMED_COMPONENTS.items():
+        view = SparseCSR(torch.tensor(crow), torch.tensor(col), torch.ones(torch.tensor(col).shape), size).view()
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            _torch_check_structure(view.ptr, view.col, view)
+    view = SparseCSR.from_torch(_dense((3,)).to_sparse()).view()
+    _torch_check_structure(view.ptr, view.col, view)
+
+
+# values of another shape than col_indices: once a forward that passed and a backward
+# that failed inside autograd ("returned an invalid gradient at index 2")
+BAD_SHAPES = {
+    "values_2d_for_1d_crow": SparseCSR(torch.tensor([0, 1, 2]), torch.tensor([0, 1]),
+                                       torch.ones(1, 2, dtype=torch.float64), (2, 2)),
+    "values_1d_for_batched_crow": SparseCSR(torch.tensor([[0, 1, 2], [0, 1, 2]]), torch.tensor([[0, 1], [0, 1]]),
+                                            torch.ones(4, dtype=torch.float64), (2, 2, 2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SHAPES))
+def test_component_shapes_are_checked_before_the_forward(name):
+    from torchsparsegradutils import sparse_logsumexp
+    S = BAD_SHAPES[name]
+    S = S._replace(values=S.values.clone().requires_grad_())
+    B = torch.ones(*S.size[:-1], 1, dtype=torch.float64)
+    calls = [lambda: sparse_mm(S, B), lambda: sparse_triangular_solve(S, B, upper=False),
+             lambda: sparse_logsumexp(S, -1), S.to_torch]
+    for call in calls:
+        with pytest.raises(ValueError, match="values must have the shape of col_indices"):
+            call()

@@ -4,8 +4,11 @@ Reference: the dense tensor (absent entries 0, or -inf with include_zeros=False)
 through torch.logsumexp; gradients of the stored values compared with the dense
 gradient at their positions.  The helpers here serve test_sparse_bidir_logsumexp too.
 """
+import json
+
 import pytest
 import torch
+from conftest import SANITIZED, run_child
 
 from torchsparsegradutils import _C, _backends, sparse_csr_tensor, sparse_logsumexp
 
@@ -320,3 +323,55 @@ def test_cuda_matches_cpu():
         for include_zeros in (True, False):
             torch.testing.assert_close(sparse_logsumexp(A.cuda(), dim, include_zeros=include_zeros).cpu(),
                                        sparse_logsumexp(A, dim, include_zeros=include_zeros))
+
+
+def _tall_hypersparse(batch, layout):
+    """(dense D, sparse A): 300 x 3 items with 4 entries in all, so A has more than 8
+    rows per entry and more rows than columns."""
+    D = torch.zeros(*batch, 300, 3, dtype=torch.float64)
+    D.view(-1, 3)[[7, 120, 299, -1], [0, 2, 2, 1]] = torch.tensor([0.5, -1.0, 2.0, 1.5], dtype=torch.float64)
+    return D, to_layout(D, layout)
+
+
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced"])
+@pytest.mark.parametrize("batch", [(), (2,)], ids=["2d", "batched"])
+@pytest.mark.parametrize("include_zeros", [True, False], ids=["zeros", "no_zeros"])
+def test_tall_hypersparse_coo_matches_dense(layout, batch, include_zeros):
+    """Such an A is reduced over its columns, or whole, through its transpose (whose row
+    pointers are few): values and values gradient as the dense reference."""
+    D, A = _tall_hypersparse(batch, layout)
+    first = len(batch)
+    for dim in (first, [first, first + 1]):
+        A = A.detach().requires_grad_()
+        out = sparse_logsumexp(A, dim, include_zeros=include_zeros)
+        ref = dense_reference(D, dim, include_zeros)
+        torch.testing.assert_close(out, ref, **TOL[torch.float64])
+        G = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).reshape(out.shape)
+        out.backward(G)
+        assert A.grad.layout == torch.sparse_coo
+        want = dense_grad_at_entries(D, A.detach().coalesce(),
+                                     lambda X: (dense_reference(X, dim, include_zeros) * G).sum())
+        torch.testing.assert_close(A.grad.to_dense()[D != 0], want, **TOL[torch.float64])
+
+
+@pytest.mark.skipif(SANITIZED, reason="peak memory is not ours to measure under ASan")
+def test_tall_hypersparse_coo_reductions_take_memory_of_its_entries_not_its_rows():
+    """2^26 rows, 3 entries: reduced over the columns or whole, once 512 MB of row
+    pointers (and 256 MB of row results for the whole matrix)."""
+    r = run_child("""
+        import json, resource
+        n = 2 ** 26
+        A = torch.sparse_coo_tensor(torch.tensor([[5, 100, n - 1], [0, 1, 3]]), torch.tensor([1.0, 2.0, 3.0]),
+                                    (n, 4)).coalesce().requires_grad_()
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        cols = sparse_logsumexp(A, 0, include_zeros=False)
+        whole = sparse_logsumexp(A, (0, 1), include_zeros=False)
+        (cols.masked_fill(cols.isinf(), 0).sum() + whole).backward()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({"delta_mb": (peak - base) / 1024, "cols": cols.tolist(), "whole": whole.item()}))
+    """)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["cols"] == [1.0, 2.0, float("-inf"), 3.0]
+    assert abs(out["whole"] - torch.logsumexp(torch.tensor([1.0, 2.0, 3.0]), 0).item()) < 1e-6
+    assert out["delta_mb"] < 64, out

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from . import _backends
-from ._core.view import CSRView, op_args, view_of
+from ._core.view import CSRView, check_arrays, op_args, view_of
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
@@ -60,23 +60,29 @@ def _trisolve(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int]
     return _backends.trisolve(view_of(ptr, col, a, rows, shape), B, upper, unitriangular, transpose)
 
 
+# The fake implementations check the pattern's arrays as the real ones do (view_of),
+# so that what the real op refuses never gets an output shape.
 @_trisolve.register_fake
 def _(ptr, col, rows, shape, a, B, upper, unitriangular, transpose):
+    check_arrays(ptr, col, a, shape, rows)
     return torch.empty_like(B)
 
 
 @_spmm.register_fake
 def _(ptr, col, rows, shape, a, X):
+    check_arrays(ptr, col, a, shape, rows)
     return X.new_empty((*shape[:-1], X.shape[-1]))
 
 
 @_spmm_t.register_fake
 def _(ptr, col, rows, shape, a, Y):
+    check_arrays(ptr, col, a, shape, rows)
     return Y.new_empty((*shape[:-2], shape[-1], Y.shape[-1]))
 
 
 @_sddmm.register_fake
 def _(ptr, col, rows, shape, U, V):
+    check_arrays(ptr, col, None, shape, rows)
     return U.new_empty(col.shape)
 
 
@@ -166,26 +172,33 @@ def _lse(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, mode: str, inclu
 
 @torch.library.custom_op("tsgu::lse_grad", mutates_args=())
 def _lse_grad(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, out: Tensor, G: Tensor, mode: str) -> Tensor:
+    _backends.check_lse_mode(mode)
     return _backends.lse_grad(view_of(ptr, col, a, None, shape), out, G, mode, False)
 
 
 @_lse.register_fake
 def _(ptr, col, shape, a, mode, include_zeros):
+    check_arrays(ptr, col, a, shape)
     return a.new_empty(_backends.lse_shape(shape, mode, False))
 
 
 @_lse_grad.register_fake
 def _(ptr, col, shape, a, out, G, mode):
+    check_arrays(ptr, col, a, shape)
+    _backends.check_lse_mode(mode)
     return torch.empty_like(a)
 
 
 @torch.library.custom_op("tsgu::lse_wsum", mutates_args=())
 def _lse_wsum(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, out: Tensor, u: Tensor, mode: str) -> Tensor:
+    _backends.check_lse_mode(mode)
     return _backends.lse_wsum(view_of(ptr, col, a, None, shape), out, u, mode)
 
 
 @_lse_wsum.register_fake
 def _(ptr, col, shape, a, out, u, mode):
+    check_arrays(ptr, col, a, shape)
+    _backends.check_lse_mode(mode)
     return torch.empty_like(out)
 
 

@@ -21,6 +21,7 @@ from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import eager_only
+from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
 
@@ -186,6 +187,8 @@ def _check_input(input, name: str) -> None:
         raise NotImplementedError(f"{name} supports sparse COO, CSR and CSC tensors, got layout {input.layout}")
     if input.dense_dim() != 0:
         raise ValueError(f"{name} requires a sparse tensor with no dense dimensions, got {input.dense_dim()}")
+    if isinstance(input, SparseCSR):
+        check_arrays(input.crow_indices, input.col_indices, input.values, input.size)
     if input.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"{name} supports float32 and float64 values, got {input.dtype}")
 
@@ -218,7 +221,7 @@ class SparseLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, mode, include_zeros):
-        view, transposed = _row_view(input.detach())
+        view, transposed = _row_view(input.detach(), mode)
         out = _backends.lse(view, mode, include_zeros, transposed)
         if ctx.needs_input_grad[0]:
             # the values as they were (an in-place edit before backward raises), and the output
@@ -231,11 +234,26 @@ class SparseLogSumExp(torch.autograd.Function):
     def backward(ctx, G):
         view, _, (out,) = load_operand(ctx)
         grad = view.grad_like(_backends.lse_grad(view, out, G, ctx.mode, ctx.transposed))
-        return (grad.transpose(-2, -1) if ctx.transposed else grad), None, None
+        if not ctx.transposed:
+            return grad, None, None
+        grad = grad.transpose(-2, -1)
+        return (grad.coalesce() if grad.layout == torch.sparse_coo else grad), None, None
 
 
-def _row_view(A: Tensor):
-    """(CSR view, transposed): CSC is read as the CSR view of its transpose."""
-    if A.layout == torch.sparse_csc:
+def _row_view(A: Tensor, mode: str):
+    """(CSR view, transposed): CSC is read as the CSR view of its transpose, and so is
+    a hypersparse COO with fewer columns than rows when the result has no per-row
+    entry (mode "cols" or "all"): its row pointers would be O(rows) where the
+    entries and the result are O(nnz + columns)."""
+    if A.layout == torch.sparse_csc or mode in ("cols", "all") and _tall_hypersparse(A):
         return as_csr(A.transpose(-2, -1)), True
     return as_csr(A), False
+
+
+def _tall_hypersparse(A: Tensor) -> bool:
+    """A COO A with more than HYPERSPARSE_ROWS_PER_ENTRY rows per stored entry and
+    more rows than columns?"""
+    if A.layout != torch.sparse_coo:
+        return False
+    rows = A.shape[-2] * (A.shape[0] if A.dim() == 3 else 1)
+    return rows > HYPERSPARSE_ROWS_PER_ENTRY * (A._nnz() + 1) and A.shape[-2] > A.shape[-1]

@@ -161,8 +161,14 @@ def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> 
 LSE_MODES = ("rows", "cols", "all", "both")
 
 
+def check_lse_mode(mode: str) -> None:
+    if mode not in LSE_MODES:
+        raise ValueError(f"unknown log-sum-exp mode {mode!r}; expected one of {', '.join(map(repr, LSE_MODES))}")
+
+
 def lse_shape(shape, mode: str, transposed: bool):
     """The output shape of lse for a view of shape `shape` ((n, m) or (b, n, m))."""
+    check_lse_mode(mode)
     b = shape[0] if len(shape) == 3 else 1
     n, m = (shape[-1], shape[-2]) if transposed else (shape[-2], shape[-1])
     return {"rows": (b, n), "cols": (b, m), "all": (b,), "both": (2, b, torch.sym_max(n, m))}[mode]

@@ -114,7 +114,8 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, tran
 
 # ------------------------------------------- grouped products (gather_mm, segment_mm)
 _BAD_GROUPING = ("malformed grouping: a relation index is negative or not less than the number of "
-                 "relations, or segment offsets do not run from 0 to the number of rows")
+                 "relations, segment offsets do not run from 0 to the number of rows, or a row order is "
+                 "not a permutation of the rows")
 
 
 def group_rows(idx: torch.Tensor, R: int):
@@ -129,7 +130,8 @@ def group_rows(idx: torch.Tensor, R: int):
 def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
     """out[i] = a[i] @ M[r] for the rows i of group r (perm None: group r is the rows
     off[r]..off[r+1]-1)."""
-    parts = torch.split(_in_group_order(a, perm), _group_lengths(off, a.shape[0]))
+    lengths = _group_lengths(off, perm, a.shape[0])        # checked before perm is read through
+    parts = torch.split(_in_group_order(a, perm), lengths)
     out = torch.cat([p @ M[r] for r, p in enumerate(parts)]) if parts else a.new_empty(0, M.shape[2])
     return out if perm is None else torch.empty_like(out).index_copy_(0, perm, out)
 
@@ -137,17 +139,21 @@ def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> tor
 def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     """out[r] = sum over the rows i of group r of a[i]^T G[i]."""
     out = torch.empty(off.shape[0] - 1, a.shape[1], G.shape[1], dtype=a.dtype, device=a.device)
-    lengths = _group_lengths(off, a.shape[0])
+    lengths = _group_lengths(off, perm, a.shape[0])
     for r, (ap, gp) in enumerate(zip(torch.split(_in_group_order(a, perm), lengths),
                                      torch.split(_in_group_order(G, perm), lengths))):
         torch.mm(ap.t(), gp, out=out[r])
     return out
 
 
-def _group_lengths(off: torch.Tensor, n: int):
-    """The group sizes of offsets off as a list, checked as the C kernels check them."""
+def _group_lengths(off: torch.Tensor, perm, n: int):
+    """The group sizes of offsets off as a list, the grouping checked as the C kernels
+    check it (csrc/groups_check.c)."""
     lengths = torch.diff(off).tolist()
     if off[0] != 0 or sum(lengths) != n or min(lengths, default=0) < 0:
+        raise ValueError(_BAD_GROUPING)
+    if perm is not None and n and (perm.shape != (n,) or bool(((perm < 0) | (perm >= n)).any())
+                                   or bool((torch.bincount(perm, minlength=n) != 1).any())):
         raise ValueError(_BAD_GROUPING)
     return lengths
 

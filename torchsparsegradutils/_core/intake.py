@@ -31,7 +31,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import native
 from .native import _C
-from .view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, entry_rows, plain
+from .view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, check_arrays, entry_rows, plain
 
 def as_csr(A: torch.Tensor, compress_rows: bool = False) -> CSRView:
     """The CSR view of a sparse COO/CSR tensor of shape (n, m) or (b, n, m), detached
@@ -126,6 +126,33 @@ def _check_coo_ranges(indices: torch.Tensor, sizes) -> None:
             raise ValueError(
                 "malformed sparse matrix: an index is negative or not less than the size of its dimension"
             )
+
+
+def check_structure(view: CSRView) -> None:
+    """Check a CSR view made from user arrays before anything but our kernels reads
+    it (their shapes: check_arrays; pointers from 0 to nnz, non-decreasing, columns
+    in range and increasing within a row), raising ValueError: in C on CPU
+    (csrc/csr_check.c), on the device where the CUDA kernels are built, else by
+    PyTorch's own validator."""
+    check_arrays(view.ptr, view.col, view.values, view.shape)
+    ptr, col = plain(view.ptr).contiguous(), plain(view.col).contiguous()
+    if ptr.is_cpu:
+        _C.csr_check(ptr, col, view.batch, view.nrows, view.ncols, torch.get_num_threads())
+    elif native.cuda_usable(ptr):
+        cuda_structure(view._replace(ptr=ptr, col=col))
+    else:
+        _torch_check_structure(ptr, col, view)
+
+
+def _torch_check_structure(ptr: torch.Tensor, col: torch.Tensor, view: CSRView) -> None:
+    """check_structure's indices by PyTorch's validator of compressed tensors (the
+    stacked-rows layout as one matrix of b*n rows)."""
+    shape = view.shape if ptr.dim() == 2 else (view.batch * view.nrows, view.ncols)
+    values = torch.zeros(col.shape, device=col.device)
+    try:
+        torch._validate_sparse_csr_tensor_args(ptr, col, values, shape)
+    except RuntimeError as e:
+        raise ValueError(f"malformed sparse matrix: {e}") from None
 
 
 # ----------------------------------------------------------------- the two caches

@@ -3,7 +3,7 @@ from typing import NamedTuple
 
 import torch
 
-from .intake import as_csr
+from .intake import as_csr, check_structure
 from .view import CSRView, entry_rows
 
 
@@ -17,7 +17,9 @@ class SparseCSR(NamedTuple):
     batched COO tensor becomes, items may differ in nnz).  ``size`` is ``(n, m)``
     or ``(b, n, m)``.  Accepted by :func:`~torchsparsegradutils.sparse_mm` wherever
     a torch sparse tensor is; gradients reach ``values`` (shape ``(nnz,)``, never
-    dense).  Structure is checked by the kernels as they read it.
+    dense).  The fields' shapes are checked against ``size`` by every op, the
+    structure by the kernels as they read it, and by :meth:`to_torch` before it
+    hands it to PyTorch.
 
     >>> import torch
     >>> from torchsparsegradutils import SparseCSR, sparse_mm
@@ -64,8 +66,10 @@ class SparseCSR(NamedTuple):
 
     def to_torch(self) -> torch.Tensor:
         """A torch sparse tensor: CSR, or COO for the stacked-rows batch layout;
-        differentiable in ``values``."""
+        differentiable in ``values``.  The structure is checked first (ValueError if
+        malformed): PyTorch's sparse ops trust what they are given."""
         view = self.view()
+        check_structure(view)
         if self.crow_indices.dim() == 2 or len(self.size) == 2:
             return view.grad_like(self.values)
         b, n, m = self.size

@@ -12,6 +12,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 from .sparse_csr import SparseCSR
+from .view import check_arrays
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 # sparse_mm's kernels also take 16-bit values (summed in float32, rounded once)
@@ -107,7 +108,9 @@ def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
         raise error(ValueError, "A and B must both be 2D or both be 3D tensors", f"got {a_dim}D and {b_dim}D")
     if layout is not torch.sparse_coo and layout is not torch.sparse_csr:
         raise error(ValueError, "A should be in either COO or CSR sparse format", f"got {layout}")
-    if values is A and A.dense_dim() != 0:
+    if values is not A:
+        check_arrays(A.crow_indices, A.col_indices, values, a_shape)
+    elif A.dense_dim() != 0:
         raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
                          f"got {A.dense_dim()}")
     if B.layout is not torch.strided:

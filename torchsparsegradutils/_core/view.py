@@ -62,8 +62,11 @@ class CSRView(NamedTuple):
 
 def view_of(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor], rows: Optional[torch.Tensor],
             shape) -> CSRView:
-    """The CSRView of a pattern given as an op's arguments (see op_args); an op may be
-    handed any strides, so the arrays go through kernel_array."""
+    """The CSRView of a pattern given as an op's arguments (see op_args), their shapes
+    checked as the public functions check them (check_arrays; the indices are checked
+    by the kernels as they read them); an op may be handed any strides, so the arrays
+    go through kernel_array."""
+    check_arrays(ptr, col, values, shape, rows)
     ptr, col = kernel_array(ptr), kernel_array(col)
     values = None if values is None else kernel_array(values)
     shape = torch.Size(shape)
@@ -72,6 +75,45 @@ def view_of(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor]
     else:
         batch, nrows, ncols = (shape[0] if len(shape) == 3 else 1), shape[-2], shape[-1]
     return CSRView(ptr, col, values, batch, nrows, ncols, shape, None, rows)
+
+
+def check_arrays(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor], shape,
+                 rows: Optional[torch.Tensor] = None) -> None:
+    """The shapes and index dtypes of a CSR pattern's arrays for a matrix (or batch) of
+    `shape`, with a ValueError (TypeError for a dtype) naming what is wrong: shape
+    is (n, m) or (b, n, m), non-negative; ptr is (b*n+1,) with col 1D, or (b, n+1)
+    with col (b, nnz); for a view of a hypersparse COO's non-empty `rows` (see
+    CSRView.rows), ptr is (len(rows)+1,) with col 1D; values, where given, have
+    col's shape (one per stored entry).  The indices themselves are checked by
+    check_structure, or by the kernels as they read them.  (Each property is read
+    once: this runs on every call of an op on a SparseCSR.)"""
+    nd = len(shape)
+    if nd == 2:
+        b, (n, m) = 1, shape
+    elif nd == 3:
+        b, n, m = shape
+    if nd not in (2, 3) or b < 0 or n < 0 or m < 0:
+        raise ValueError(f"a sparse matrix's size must be (n, m) or (b, n, m), none negative; got {tuple(shape)}")
+    itype = ptr.dtype
+    if itype is not col.dtype or (itype is not torch.int64 and itype is not torch.int32):
+        raise TypeError(f"crow_indices and col_indices must be both int32 or both int64, got {itype} "
+                        f"and {col.dtype}")
+    pshape, cshape = ptr.shape, col.shape
+    if rows is not None:
+        ok = rows.dim() == 1 and pshape == (rows.shape[0] + 1,) and len(cshape) == 1
+    elif len(pshape) == 1:
+        ok = pshape[0] == b * n + 1 and len(cshape) == 1
+    else:
+        ok = nd == 3 and pshape == (b, n + 1) and len(cshape) == 2 and cshape[0] == b
+    if not ok:       # the message built only here: torch.compile cannot trace f-strings of sizes
+        want = "(non-empty rows + 1,) with 1D col_indices" if rows is not None else \
+            f"({b * n + 1},) with 1D col_indices" + \
+            (f", or ({b}, {n + 1}) with col_indices ({b}, nnz)" if nd == 3 else "")
+        raise ValueError(f"for a sparse matrix of size {tuple(shape)}, crow_indices must have shape {want}; "
+                         f"got crow_indices {tuple(pshape)} and col_indices {tuple(cshape)}")
+    if values is not None and values.shape != cshape:
+        raise ValueError(f"values must have the shape of col_indices (one value per stored entry); "
+                         f"got {tuple(values.shape)} and {tuple(cshape)}")
 
 
 def op_args(view: CSRView):
