@@ -6,13 +6,10 @@ given to the kernels go through `plain` (values, dense operands) and
 `kernel_array` (index and values arrays); `dense_operand` prepares a dense one.
 
 A gradient w.r.t. a sparse operand is a sparse tensor in the operand's layout on
-its pattern (`CSRView.grad_like`).  Built from a values tensor that carries a
-graph, it goes through `csr_from_values` / `coo_from_values`: PyTorch's own
-constructors differentiate into their values by densifying the incoming gradient
-(``to_dense`` of an n x m matrix, for CSR) or through a hash-based ``sparse_mask``
-(COO); these map the gradient straight onto the values: O(1) when it arrives on
-the same pattern (as sparse_mm returns it), else a binary search of its stored
-positions, O(nnz log nnz), never an n x m matrix.
+its pattern (`CSRView.grad_like`); built from a values tensor that carries a
+graph, it goes through `csr_from_values` / `coo_from_values`, the constructors
+whose backward into the values never densifies (the public sparse_tensor.py
+says why PyTorch's own do not serve).
 """
 import math
 from typing import NamedTuple, Optional
