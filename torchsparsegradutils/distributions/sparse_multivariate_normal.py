@@ -45,7 +45,7 @@ from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
 from .. import _ops
-from .._csr import _accumulate_batched_csr_grads, as_csr, entry_rows
+from .._csr import _accumulate_batched_csr_grads, as_csr, checked_view, entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
 from ..sparse_tensor import sparse_csr_tensor
@@ -159,6 +159,7 @@ def _check_factor(name: str, F, n: int, dtype) -> torch.Tensor:
         raise ValueError(f"{name} must be square with the event size of loc ({n}), got shape {tuple(F.shape)}")
     if F.dtype != dtype:
         raise ValueError(f"{name} must have the dtype of loc ({dtype}), got {F.dtype}")
+    checked_view(F.detach())          # its structure, before coalesce() or any index arithmetic reads it
     if F.layout == torch.sparse_coo and not F.is_coalesced():
         F = F.coalesce()
     return F
