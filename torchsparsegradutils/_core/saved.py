@@ -35,7 +35,7 @@ def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensor
     inplace operation" error; where it cannot be found, the backward gets a
     private copy of the values.  A itself is kept for second derivatives."""
     if A.requires_grad and A.layout == torch.sparse_csr and A.dim() == 3:
-        _accumulate_batched_csr_grads(A)
+        accumulate_batched_csr_grads(A)
     values = None
     guard = None
     if need_values:
@@ -53,7 +53,7 @@ def load_operand(ctx):
     return view, A, tensors
 
 
-def _accumulate_batched_csr_grads(A: torch.Tensor) -> None:
+def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
     """Make gradients of a batched CSR A accumulate correctly.
 
     PyTorch cannot add two batched CSR tensors (its sum is malformed or fails
