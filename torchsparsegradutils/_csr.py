@@ -21,6 +21,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.dlpack import to_dlpack
 
 from . import _C, _cuda
+from ._torch_sparse import coo_tensor, csr_tensor
 
 # A COO matrix with more than this many rows per stored entry is hypersparse:
 # its row pointers (O(rows)) would dwarf its entries, so only its non-empty rows
@@ -53,11 +54,11 @@ class CSRView(NamedTuple):
         """A sparse tensor in A's layout with values g at A's stored positions;
         differentiable in g, without densifying, when g carries a graph."""
         if self.coo_indices is not None:
-            return torch.sparse_coo_tensor(self.coo_indices, g, self.shape, is_coalesced=True)
+            return coo_tensor(self.coo_indices, g, self.shape, is_coalesced=True)
         if g.requires_grad:
             from .sparse_tensor import sparse_csr_tensor  # torch's own densifies in backward
             return sparse_csr_tensor(self.ptr, self.col, g, self.shape)
-        return torch.sparse_csr_tensor(self.ptr, self.col, g, self.shape)
+        return csr_tensor(self.ptr, self.col, g, self.shape)
 
     def to_torch(self) -> torch.Tensor:
         """The (detached) sparse tensor this view holds, in A's layout."""
@@ -131,7 +132,7 @@ class SparseCSR(NamedTuple):
         b, n, m = self.size
         rows = entry_rows(self.crow_indices)
         indices = torch.stack([rows // n, rows % n, self.col_indices.to(rows.dtype)])
-        return torch.sparse_coo_tensor(indices, self.values, self.size, is_coalesced=True)
+        return coo_tensor(indices, self.values, self.size, is_coalesced=True)
 
     def view(self) -> "CSRView":
         """The CSRView of these components (values as given, not detached)."""
@@ -469,8 +470,7 @@ def _accumulate_batched_csr_grads(A: torch.Tensor) -> None:
             raise RuntimeError("cannot accumulate into A.grad: it does not hold a batched CSR tensor on A's "
                                "pattern (set A.grad = None before backward)")
         A.grad = None            # autograd then stores the sum instead of adding to it
-        return torch.sparse_csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(),
-                                       grad.shape)
+        return csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(), grad.shape)
 
     A.register_hook(hook)
     A._tsgu_batched_grad_hook = True

@@ -12,6 +12,7 @@ import torch
 
 from . import _C, _cuda
 from ._csr import _HYPERSPARSE_ROWS_PER_ENTRY, CSRView, entry_rows, plain
+from ._torch_sparse import coo_tensor, csr_tensor
 
 # Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
 # temporaries to about this many elements times p, instead of nnz times p.
@@ -126,8 +127,7 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
         if G.dtype in _HALF:
             return spmm_t(A._replace(values=A.values.float()), G.float()).to(G.dtype)
         A2, rows, cols = _global_csr(A)
-        At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(),
-                                     (A.batch * A.ncols, A.batch * A.nrows))
+        At = coo_tensor(torch.stack([cols, rows]), A2.values(), (A.batch * A.ncols, A.batch * A.nrows))
         return torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p)).reshape(out_shape)
     out = torch.empty(out_shape, dtype=G.dtype)
     _C.spmm_t(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, _dense_for_c(G), out,
@@ -179,7 +179,7 @@ def _global_csr(A: CSRView):
     rows = entry_rows(ptr)
     cols = col + (rows // n) * m if n else col
     vals = A.values.reshape(-1) if A.values is not None else torch.ones(col.numel(), device=ptr.device)
-    A2 = torch.sparse_csr_tensor(ptr, cols, vals, (b * n, b * m))
+    A2 = csr_tensor(ptr, cols, vals, (b * n, b * m))
     return A2, rows, cols
 
 

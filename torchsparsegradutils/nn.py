@@ -9,6 +9,7 @@ from typing import Optional
 import torch
 
 from ._csr import SparseCSR, as_csr, entry_rows
+from ._torch_sparse import coo_tensor
 from .sparse_matmul import sparse_mm
 from .utils.utils import _compress_row_indices
 
@@ -126,7 +127,7 @@ def gcn_norm(edge_index: torch.Tensor, num_nodes: int, edge_weight: Optional[tor
         loop = torch.arange(num_nodes, device=device)
         idx = torch.cat([idx, torch.stack([loop, loop])], 1)
         w = torch.cat([w, torch.ones(num_nodes, dtype=dtype, device=device)])
-    A = torch.sparse_coo_tensor(idx, w, (num_nodes, num_nodes)).coalesce()
+    A = coo_tensor(idx, w, (num_nodes, num_nodes)).coalesce()
     view = as_csr(A)
     deg = torch.zeros(num_nodes, dtype=dtype, device=device).index_add_(0, A.indices()[0], view.values)
     dinv = torch.where(deg > 0, deg.rsqrt(), torch.zeros_like(deg))

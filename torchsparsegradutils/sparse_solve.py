@@ -12,6 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _kernels, _ops, _solve_kernels
 from ._csr import SparseCSR, as_csr, load_operand, save_operand
+from ._torch_sparse import coo_tensor, csr_tensor
 from ._validate import check_operands, check_system, eager_only, error, records_graph
 
 
@@ -200,11 +201,11 @@ def _sparse_transpose(A: torch.Tensor) -> torch.Tensor:
     """A^T of a detached 2D sparse matrix, in A's layout (O(nnz), never dense)."""
     if A.layout == torch.sparse_coo:
         A = A.coalesce()
-        return torch.sparse_coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
+        return coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
     view = as_csr(A)
     if view.values.device.type == "cpu":
         tptr, trow, tperm = _kernels.transpose_pattern(view)
-        return torch.sparse_csr_tensor(tptr, trow, view.values[tperm.long()], (view.ncols, view.nrows))
+        return csr_tensor(tptr, trow, view.values[tperm.long()], (view.ncols, view.nrows))
     return A.t().to_sparse_csr()
 
 

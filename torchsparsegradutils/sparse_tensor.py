@@ -15,6 +15,7 @@ import math
 import torch
 
 from ._csr import entry_rows
+from ._torch_sparse import coo_tensor, csr_tensor, user_checks
 from ._validate import check_no_functorch, eager_only
 
 
@@ -34,7 +35,7 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None):
     """
     check_no_functorch("sparse_csr_tensor")
     if size is None:
-        size = torch.sparse_csr_tensor(crow_indices, col_indices, values.detach()).shape
+        size = csr_tensor(crow_indices, col_indices, values.detach(), check=user_checks()).shape
     A = _CSRFromValues.apply(crow_indices, col_indices, values, tuple(size))
     A._tsgu_values = values  # lets sparse_mm guard against in-place edits of values
     return A
@@ -44,7 +45,7 @@ class _CSRFromValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, crow, col, values, size):
         ctx.save_for_backward(crow, col)
-        return torch.sparse_csr_tensor(crow, col, values, size)
+        return csr_tensor(crow, col, values, size, check=user_checks())
 
     @staticmethod
     def backward(ctx, grad):
@@ -71,7 +72,7 @@ def sparse_coo_tensor(indices, values, size=None, *, is_coalesced=None):
     """
     check_no_functorch("sparse_coo_tensor")
     if size is None:
-        size = torch.sparse_coo_tensor(indices, values.detach()).shape
+        size = coo_tensor(indices, values.detach(), check=user_checks()).shape
     A = _COOFromValues.apply(indices, values, tuple(size), is_coalesced)
     A._tsgu_values = values  # lets sparse_mm guard against in-place edits of values
     return A
@@ -81,7 +82,7 @@ class _COOFromValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, indices, values, size, is_coalesced):
         ctx.save_for_backward(indices)
-        return torch.sparse_coo_tensor(indices, values, size, is_coalesced=is_coalesced)
+        return coo_tensor(indices, values, size, is_coalesced=is_coalesced, check=user_checks())
 
     @staticmethod
     def backward(ctx, grad):

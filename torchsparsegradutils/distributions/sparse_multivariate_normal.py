@@ -46,6 +46,7 @@ from .. import _ops
 from .._csr import as_csr, entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
+from .._torch_sparse import coo_tensor
 from ..sparse_tensor import sparse_csr_tensor
 
 __all__ = ["SparseMultivariateNormal", "SparseMultivariateNormalNative"]
@@ -283,7 +284,7 @@ class SparseMultivariateNormal(Distribution):
         if not F.requires_grad:
             return F, values
         if F.layout == torch.sparse_coo:
-            return torch.sparse_coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
+            return coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
         return sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape), values
 
     @property

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 
+from .._torch_sparse import coo_tensor
 from ..sparse_tensor import sparse_csr_tensor
 
 __all__ = ["PairwiseEncoder", "calc_pairwise_coo_indices_nd", "calc_pairwise_coo_indices"]
@@ -333,7 +334,7 @@ class PairwiseEncoder(torch.nn.Module):
                 idx = torch.cat([item.unsqueeze(0), self.indices.repeat(1, b)])
             else:
                 idx = self.indices
-            return torch.sparse_coo_tensor(idx, vals.reshape(-1), size, is_coalesced=True)
+            return coo_tensor(idx, vals.reshape(-1), size, is_coalesced=True)
         crow, col = self.crow_indices, self.col_indices
         if batched:
             crow, col = crow.repeat(b, 1), col.repeat(b, 1)
