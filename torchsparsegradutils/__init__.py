@@ -12,4 +12,4 @@ from .sparse_logsumexp import sparse_logsumexp, sparse_bidir_logsumexp
 
 __all__ = ["SparseCSR", "sparse_mm", "sparse_csr_tensor", "sparse_coo_tensor", "sparse_triangular_solve", "sparse_generic_solve",
            "sparse_generic_lstsq", "gather_mm", "segment_mm", "sparse_logsumexp", "sparse_bidir_logsumexp"]
-__version__ = "0.2.0.dev0"
+__version__ = "0.3.0"  # the one source (pyproject.toml reads it); above the published 0.2.7

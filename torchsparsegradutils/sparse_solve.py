@@ -14,6 +14,7 @@ from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
+from ._core.torch_sparse import coo_tensor
 from ._core.validate import check_operands, check_system, eager_only, error, records_graph
 from .utils.minres import minres
 
@@ -209,7 +210,7 @@ def _sparse_transpose(A: torch.Tensor) -> torch.Tensor:
     """A^T of a detached 2D sparse matrix, in A's layout (O(nnz), never dense)."""
     if A.layout == torch.sparse_coo:
         A = A.coalesce()
-        return torch.sparse_coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
+        return coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
     return _backends.csr_transpose(as_csr(A))
 
 

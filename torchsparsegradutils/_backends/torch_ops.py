@@ -10,6 +10,7 @@ import warnings
 
 import torch
 
+from .._core.torch_sparse import coo_tensor, csr_tensor
 from .._core.view import CSRView, entry_rows
 
 # Entries per chunk of the gather-based SDDMM: bounds its temporaries to about
@@ -32,7 +33,7 @@ def global_csr(A: CSRView):
     rows = entry_rows(ptr)
     cols = col + (rows // n) * m if n else col
     vals = A.values.reshape(-1) if A.values is not None else torch.ones(col.numel(), device=ptr.device)
-    A2 = torch.sparse_csr_tensor(ptr, cols, vals, (b * n, b * m))
+    A2 = csr_tensor(ptr, cols, vals, (b * n, b * m))
     return A2, rows, cols
 
 
@@ -53,7 +54,7 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
         return spmm_t(A._replace(values=A.values.float()), G.float()).to(G.dtype)
     p = G.shape[-1]
     A2, rows, cols = global_csr(A)
-    At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(), (A.batch * A.ncols, A.batch * A.nrows))
+    At = coo_tensor(torch.stack([cols, rows]), A2.values(), (A.batch * A.ncols, A.batch * A.nrows))
     out = torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p))
     return out.reshape((A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p))
 

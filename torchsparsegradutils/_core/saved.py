@@ -9,6 +9,7 @@ from typing import Optional
 
 import torch
 
+from .torch_sparse import csr_tensor
 from .view import CSRView
 
 
@@ -80,8 +81,7 @@ def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
             raise RuntimeError("cannot accumulate into A.grad: it does not hold a batched CSR tensor on A's "
                                "pattern (set A.grad = None before backward)")
         A.grad = None            # autograd then stores the sum instead of adding to it
-        return torch.sparse_csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(),
-                                       grad.shape)
+        return csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(), grad.shape)
 
     A.register_hook(hook)
     A._tsgu_batched_grad_hook = True

@@ -4,6 +4,7 @@ from typing import NamedTuple
 import torch
 
 from .intake import as_csr, check_structure
+from .torch_sparse import coo_tensor
 from .view import CSRView, entry_rows
 
 
@@ -78,7 +79,7 @@ class SparseCSR(NamedTuple):
         b, n, m = self.size
         rows = entry_rows(self.crow_indices)
         indices = torch.stack([rows // n, rows % n, self.col_indices.to(rows.dtype)])
-        return torch.sparse_coo_tensor(indices, self.values, self.size, is_coalesced=True)
+        return coo_tensor(indices, self.values, self.size, is_coalesced=True)
 
     def view(self) -> CSRView:
         """The CSRView of these components (values as given, not detached)."""

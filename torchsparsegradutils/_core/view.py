@@ -16,6 +16,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from .torch_sparse import coo_tensor, csr_tensor, user_checks
+
 # A COO matrix with more than this many rows per stored entry is hypersparse:
 # its row pointers (O(rows)) would dwarf its entries, so only its non-empty rows
 # are kept (CSRView.rows).
@@ -47,10 +49,10 @@ class CSRView(NamedTuple):
         """A sparse tensor in A's layout with values g at A's stored positions;
         differentiable in g, without densifying, when g carries a graph."""
         if self.coo_indices is not None:
-            return torch.sparse_coo_tensor(self.coo_indices, g, self.shape, is_coalesced=True)
+            return coo_tensor(self.coo_indices, g, self.shape, is_coalesced=True)
         if g.requires_grad:
             return csr_from_values(self.ptr, self.col, g, self.shape)
-        return torch.sparse_csr_tensor(self.ptr, self.col, g, self.shape)
+        return csr_tensor(self.ptr, self.col, g, self.shape)
 
     def to_torch(self) -> torch.Tensor:
         """The (detached) sparse tensor this view holds, in A's layout."""
@@ -176,7 +178,7 @@ class _CSRFromValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, crow, col, values, size):
         ctx.save_for_backward(crow, col)
-        return torch.sparse_csr_tensor(crow, col, values, size)
+        return csr_tensor(crow, col, values, size, check=user_checks())
 
     @staticmethod
     def backward(ctx, grad):
@@ -190,7 +192,7 @@ class _COOFromValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, indices, values, size, is_coalesced):
         ctx.save_for_backward(indices)
-        return torch.sparse_coo_tensor(indices, values, size, is_coalesced=is_coalesced)
+        return coo_tensor(indices, values, size, is_coalesced=is_coalesced, check=user_checks())
 
     @staticmethod
     def backward(ctx, grad):

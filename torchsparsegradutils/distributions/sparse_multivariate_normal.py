@@ -50,6 +50,7 @@ from .._core.saved import accumulate_batched_csr_grads
 from .._core.view import entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
+from .._core.torch_sparse import coo_tensor
 from ..sparse_tensor import sparse_csr_tensor
 
 __all__ = ["SparseMultivariateNormal", "SparseMultivariateNormalNative"]
@@ -305,7 +306,7 @@ class SparseMultivariateNormal(Distribution):
         if F.layout == torch.sparse_csr and F.dim() == 3:
             accumulate_batched_csr_grads(F)
         if F.layout == torch.sparse_coo:
-            return torch.sparse_coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
+            return coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
         return sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape), values
 
     @property

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 
+from .._core.torch_sparse import coo_tensor
 from ..sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 
 __all__ = ["PairwiseEncoder", "calc_pairwise_coo_indices_nd", "calc_pairwise_coo_indices"]
@@ -337,7 +338,7 @@ class PairwiseEncoder(torch.nn.Module):
             # differentiable: our constructor, whose backward takes a gradient on this
             # pattern (as sparse_mm gives it) as it is; PyTorch's masks (sorts) it, 7x
             # the whole call at 10^6 entries
-            make = sparse_coo_tensor if vals.requires_grad else torch.sparse_coo_tensor
+            make = sparse_coo_tensor if vals.requires_grad else coo_tensor
             return make(idx, vals.reshape(-1), size, is_coalesced=True)
         crow, col = self.crow_indices, self.col_indices
         if batched:
