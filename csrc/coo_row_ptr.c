@@ -14,6 +14,7 @@
  * col), i.e. sorted and free of duplicates as a coalesced tensor's are, and 0
  * otherwise (then ptr is unspecified); every range is checked either way. */
 #include "tsgu.h"
+#include "tsgu_parallel.h"
 
 #define TSGU_MIN_ENTRIES (1 << 18) /* entries below which one thread does it all */
 

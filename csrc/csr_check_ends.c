@@ -5,6 +5,7 @@
  * range and strictly increasing within a row) is checked by every kernel as it
  * walks the rows, before it reads through an index. */
 #include "tsgu.h"
+#include "tsgu_row_ptr.h"
 
 int tsgu_csr_check_ends(const tsgu_csr *A)
 {

@@ -10,6 +10,7 @@
  * (rows of A^T list their entries by increasing i), whatever the thread count. */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_parallel.h"
 
 typedef struct {
     const tsgu_csr *A;

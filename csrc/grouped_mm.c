@@ -12,6 +12,8 @@
 #pragma GCC optimize("fp-contract=fast") /* a*b+c as one FMA where the instruction set has it */
 #endif
 #include "tsgu.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_groups *g;
@@ -27,7 +29,6 @@ typedef struct {
 #endif
 #define TSGU_MR 6                  /* rows of C per tile */
 #define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
-#define TSGU_LINE 64               /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
 #define TSGU_TEMPLATE_FILE "grouped_mm.c"

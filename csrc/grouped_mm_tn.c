@@ -11,6 +11,8 @@
 #pragma GCC optimize("fp-contract=fast") /* a*b+c as one FMA where the instruction set has it */
 #endif
 #include "tsgu.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_groups *g;
@@ -28,7 +30,6 @@ typedef struct {
 #define TSGU_MR 6                  /* rows of out[r] per tile */
 #define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
 #define TSGU_CHUNK 128             /* rows of the group per pass over a task's tiles */
-#define TSGU_LINE 64               /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
 /* rows [k0, k1) of slice s of S over K rows in tiles of TSGU_MR */

@@ -22,9 +22,13 @@
  * and updating one range of its states (a row's columns increase, so "is this
  * entry mine" changes at most twice per row).
  * Workspace: the states, about P times the output. */
+#include <math.h>
 #include <stdlib.h>
 #include "tsgu.h"
-#include "tsgu_exp.h"
+#include "tsgu_lse.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
+#include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
 #define TSGU_MIN_ENTRIES (1 << 16) /* entries below which one thread does it all */
 #define TSGU_CHUNKS 2              /* chunks of rows, when ... */

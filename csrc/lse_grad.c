@@ -11,7 +11,9 @@
  * column term reads one cache line, not two. */
 #include <stdlib.h>
 #include "tsgu.h"
-#include "tsgu_exp.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
+#include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
 typedef struct {
     const tsgu_csr *A;

@@ -6,11 +6,13 @@
  * of every whole item
  *     item_out[k] = log sum_i exp(out[k*ld + i]).
  * One pass for the row's max (checking its columns), one for the shifted sum
- * (tsgu_lse_shift/finish in tsgu.h) with a vectorized exp (tsgu_exp.h) summed
+ * (tsgu_lse.h) with a vectorized exp (tsgu_exp.h) summed
  * in four fixed lanes; each row is summed by one thread and each item folded
  * in row order, so the bits do not depend on the thread count. */
 #include "tsgu.h"
-#include "tsgu_exp.h"
+#include "tsgu_lse.h"
+#include "tsgu_parallel.h"
+#include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
 typedef struct {
     const tsgu_csr *A;

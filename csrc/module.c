@@ -8,6 +8,7 @@
  * allocation), else as DLPack capsules from a registered exporter or
  * tensor.__dlpack__(). */
 #include "glue.h"
+#include "tsgu_isa.h"
 
 /* the C exchange table a tensor type may publish as its __dlpack_c_exchange_api__
  * capsule (DLPack 1.3); only dltensor_from_py_object_no_sync is used here: it fills

@@ -5,6 +5,9 @@
  * not depend on the thread count; 16-bit values are summed in float and
  * rounded once. */
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;

@@ -11,6 +11,9 @@
  * are kept in float and rounded once) and one for the G row in use. */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;

@@ -19,6 +19,7 @@
  * a row is split over four partial sums added in a fixed order, so
  * the result does not depend on the thread count. */
 #include "tsgu.h"
+#include "tsgu_parallel.h"
 
 typedef struct {
     const tsgu_csr *A;
