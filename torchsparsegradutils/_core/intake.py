@@ -102,8 +102,7 @@ def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRV
     n, m = sizes[-2], sizes[-1]
     rows = _global_rows(indices, n)
     if rows.numel() > 1 and bool((rows[1:] < rows[:-1]).any()):
-        raise ValueError("malformed sparse matrix: the COO tensor is marked coalesced "
-                         "but its indices are not sorted by row")
+        raise ValueError(native.STATUS["EIDX_ORDER"])
     kept, counts = torch.unique_consecutive(rows, return_counts=True)
     ptr = torch.zeros(kept.numel() + 1, dtype=torch.int64, device=val.device)
     torch.cumsum(counts, 0, out=ptr[1:])
@@ -132,9 +131,7 @@ def _check_coo_ranges(indices: torch.Tensor, sizes) -> None:
     elif indices.numel():
         bound = torch.tensor(sizes, device=indices.device).unsqueeze(1)
         if bool(((indices < 0) | (indices >= bound)).any()):
-            raise ValueError(
-                "malformed sparse matrix: an index is negative or not less than the size of its dimension"
-            )
+            raise ValueError(native.STATUS["EIDX_RANGE"])
 
 
 def check_structure(view: CSRView) -> None:
@@ -396,8 +393,7 @@ def cuda_structure(A: CSRView) -> CudaStructure:
     if ptr.dim() == 2:                                   # batched CSR: (b, n+1), col (b, nnz)
         item_nnz = col.shape[1]
         if ptr.shape[1] and bool((ptr[:, -1] != item_nnz).any()):
-            raise ValueError("malformed sparse matrix: row pointers (crow_indices) "
-                             "must start at 0 and end at the number of stored entries")
+            raise ValueError(native.STATUS["EPTR_ENDS"])
         itype = torch.int64 if A.batch * item_nnz >= 2 ** 31 else ptr.dtype
         offsets = torch.arange(A.batch, device=ptr.device, dtype=itype).unsqueeze(1) * item_nnz
         ptr = torch.cat([(ptr[:, :-1].to(itype) + offsets).reshape(-1),
