@@ -1,6 +1,9 @@
 """torchsparsegradutils: sparse matrix operations for PyTorch whose gradients stay sparse.
 
-Hot loops are C kernels (csrc/) reached through DLPack; see README.md.
+The operations take torch sparse tensors (COO or CSR, 2D or batched) or a
+:class:`SparseCSR`, and give the gradient with respect to the sparse operand only at
+its stored entries.  Their loops are C kernels (CUDA kernels on the GPU), reached
+through DLPack.
 """
 from ._core.sparse_csr import SparseCSR
 from .sparse_matmul import sparse_mm

@@ -63,6 +63,8 @@ def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
     TypeError
         Values not float32/float64, or A and B of different dtypes.
 
+    Examples
+    --------
     >>> L = torch.tensor([[2.0, 0.0], [1.0, 4.0]]).to_sparse_csr()
     >>> sparse_triangular_solve(L, torch.tensor([[2.0], [9.0]]), upper=False)
     tensor([[1.],
