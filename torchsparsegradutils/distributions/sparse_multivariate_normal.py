@@ -45,7 +45,7 @@ from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
 from .. import _ops
-from .._csr import _accumulate_batched_csr_grads, as_csr, checked_view, entry_rows
+from .._csr import _accumulate_batched_csr_grads, _values_guard, as_csr, checked_view, entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
 from ..sparse_tensor import sparse_csr_tensor
@@ -295,7 +295,10 @@ class SparseMultivariateNormal(Distribution):
         mis-adds two batched-CSR gradients of one tensor, 2.x).  Two calls in one
         graph (``log_prob(x) + entropy()``) are two paths: for a batched CSR factor
         that is the clear error of _csr._accumulate_batched_csr_grads, whose hook
-        also sums the gradients of separate backward passes."""
+        also sums the gradients of separate backward passes.  ``values()`` is an
+        alias with a version counter of its own: the rebuilt factor carries the
+        guard of the user's (see _csr.save_operand), so that an in-place edit of
+        the tensor F was built from still raises in backward."""
         F = self._factor
         values = F.values()
         if not F.requires_grad:
@@ -303,8 +306,11 @@ class SparseMultivariateNormal(Distribution):
         if F.layout == torch.sparse_csr and F.dim() == 3:
             _accumulate_batched_csr_grads(F)
         if F.layout == torch.sparse_coo:
-            return torch.sparse_coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
-        return sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape), values
+            rebuilt = torch.sparse_coo_tensor(F.indices(), values, F.shape, is_coalesced=True)
+        else:
+            rebuilt = sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape)
+        rebuilt._tsgu_values = _values_guard(F)       # None: the ops keep a private copy
+        return rebuilt, values
 
     @property
     def mean(self):
