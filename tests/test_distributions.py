@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal
 
-from torchsparsegradutils import sparse_mm
+from torchsparsegradutils import sparse_csr_tensor, sparse_mm
 from torchsparsegradutils.distributions import SparseMultivariateNormal, SparseMultivariateNormalNative
 from torchsparsegradutils.distributions.sparse_multivariate_normal import _batch_sparse_mv
 from torchsparsegradutils.utils import rand_sparse_tri
@@ -320,3 +320,31 @@ def test_batched_csr_factor_on_two_paths_of_one_graph_raises_the_clear_error():
     dist = SparseMultivariateNormal(loc, scale_tril=F)
     with pytest.raises(RuntimeError, match="used more than once in one graph"):
         (dist.log_prob(torch.zeros(3, 4, dtype=torch.float64)).sum() + dist.entropy().sum()).backward()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["COO", "CSR"])
+def test_inplace_edit_of_the_factor_values_between_log_prob_and_backward(layout):
+    """The factor rebuilt on F.values() (an alias with a version counter of its own) once
+    hid the edit: the gradient was computed from the edited values.  Now the edit raises,
+    or (where the tensor F was built from cannot be found) cannot reach the backward."""
+    loc, _, F, _ = _grid_operands("llt", layout, (), None, ())
+    v = F.values().clone().requires_grad_()
+
+    def log_prob_and_grad(edit):
+        w = v.detach().clone().requires_grad_()
+        Fw = (torch.sparse_coo_tensor(F.indices(), w, F.shape, is_coalesced=True) if layout == torch.sparse_coo
+              else sparse_csr_tensor(F.crow_indices(), F.col_indices(), w, F.shape))
+        lp = SparseMultivariateNormal(loc, scale_tril=Fw).log_prob(torch.ones(4, dtype=torch.float64))
+        if edit:
+            with torch.no_grad():
+                w.mul_(3)
+        lp.backward()
+        return w.grad
+
+    clean = log_prob_and_grad(False)
+    try:
+        edited = log_prob_and_grad(True)
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e)
+    else:
+        torch.testing.assert_close(edited, clean)

@@ -41,7 +41,7 @@ def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensor
     guard = None
     if need_values:
         values = view.values
-        guard = _values_guard(A)
+        guard = values_guard(A)
         if guard is None and _shares_storage(values, A):
             values = values.clone()
     save_view(ctx, view._replace(values=values), guard, A, *tensors)
@@ -87,7 +87,7 @@ def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
     A._tsgu_batched_grad_hook = True
 
 
-def _values_guard(A: torch.Tensor) -> Optional[torch.Tensor]:
+def values_guard(A: torch.Tensor) -> Optional[torch.Tensor]:
     """The tensor whose version counter moves when A's values are edited in place:
     the values given to view.csr_from_values / coo_from_values, or the leaf values
     given to torch's constructors; None when unknown."""

@@ -160,7 +160,7 @@ def item_rows(X: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------ sparse tensors from values that learn
 def csr_from_values(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size) -> torch.Tensor:
     """torch.sparse_csr_tensor(crow, col, values, size), whose backward into values
-    never densifies; the result remembers `values` (see saved._values_guard)."""
+    never densifies; the result remembers `values` (see saved.values_guard)."""
     A = _CSRFromValues.apply(crow, col, values, tuple(size))
     A._tsgu_values = values
     return A

@@ -46,11 +46,11 @@ from torch.distributions.utils import _standard_normal, lazy_property
 
 from .. import _ops
 from .._core.intake import as_csr, checked_view
-from .._core.saved import accumulate_batched_csr_grads
+from .._core.saved import accumulate_batched_csr_grads, values_guard
+from .._core.torch_sparse import coo_tensor
 from .._core.view import entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
-from .._core.torch_sparse import coo_tensor
 from ..sparse_tensor import sparse_csr_tensor
 
 __all__ = ["SparseMultivariateNormal", "SparseMultivariateNormalNative"]
@@ -298,7 +298,10 @@ class SparseMultivariateNormal(Distribution):
         mis-adds two batched-CSR gradients of one tensor, 2.x).  Two calls in one
         graph (``log_prob(x) + entropy()``) are two paths: for a batched CSR factor
         that is the clear error of _core.saved.accumulate_batched_csr_grads, whose hook
-        also sums the gradients of separate backward passes."""
+        also sums the gradients of separate backward passes.  ``values()`` is an
+        alias with a version counter of its own: the rebuilt factor carries the
+        guard of the user's (see _core.saved.save_operand), so that an in-place edit of
+        the tensor F was built from still raises in backward."""
         F = self._factor
         values = F.values()
         if not F.requires_grad:
@@ -306,8 +309,11 @@ class SparseMultivariateNormal(Distribution):
         if F.layout == torch.sparse_csr and F.dim() == 3:
             accumulate_batched_csr_grads(F)
         if F.layout == torch.sparse_coo:
-            return coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
-        return sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape), values
+            rebuilt = coo_tensor(F.indices(), values, F.shape, is_coalesced=True)
+        else:
+            rebuilt = sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape)
+        rebuilt._tsgu_values = values_guard(F)       # None: the ops keep a private copy
+        return rebuilt, values
 
     @property
     def mean(self):
