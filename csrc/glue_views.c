@@ -103,9 +103,12 @@ int make_csr(const held *ptr, const held *col, const held *val, int64_t batch, i
     if (val) {
         int rt = real_type(val, half_ok);
         if (rt < 0 || need_contiguous(val)) return -1;
-        if (numel(dl(val)) != A->nnz) {
-            PyErr_Format(PyExc_ValueError, "%s must have one value per entry (%lld), got %lld",
-                         val->name, (long long)A->nnz, (long long)numel(dl(val)));
+        const DLTensor *V = dl(val);
+        int same = V->ndim == J->ndim;
+        for (int d = 0; same && d < J->ndim; d++) same = V->shape[d] == J->shape[d];
+        if (!same) {
+            PyErr_Format(PyExc_ValueError, "%s must have the shape of %s (one value per stored entry, %lld)",
+                         val->name, col->name, (long long)A->nnz);
             return -1;
         }
         A->rtype = rt;

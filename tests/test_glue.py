@@ -27,7 +27,7 @@ def test_private_kernels_check_their_arguments():
         _C.spmm(ptr.float(), col, val, 1, 2, 3, B, C, 1)
     with pytest.raises(TypeError, match="same dtype"):
         _C.spmm(ptr, col.int(), val, 1, 2, 3, B, C, 1)
-    with pytest.raises(ValueError, match="one value per entry"):
+    with pytest.raises(ValueError, match="one value per stored entry"):
         _C.spmm(ptr, col, torch.ones(3), 1, 2, 3, B, C, 1)
     with pytest.raises(ValueError, match="shape"):
         _C.spmm(ptr, col, val, 1, 2, 3, torch.ones(4, 2), C, 1)

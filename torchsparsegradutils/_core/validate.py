@@ -12,7 +12,6 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 from .sparse_csr import SparseCSR
-from .view import check_arrays
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 # sparse_mm's kernels also take 16-bit values (summed in float32, rounded once)
@@ -89,8 +88,10 @@ def check_no_functorch(name: str) -> None:
 def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
     """A sparse COO/CSR (n, m) or (b, n, m) without dense dims, or a SparseCSR; B strided
     with A's rank, batch size, device and dtype (one of `dtypes`).  Shapes beyond that
-    are the op's to check: returns (A's shape, B's shape) for it.  Every property is
-    read once (each read costs about 0.1 us: this runs on every call)."""
+    are the op's to check: returns (A's shape, B's shape) for it.  A SparseCSR's arrays
+    are checked against its size where they are taken in (view.view_of, or the C glue
+    on the no-graph CPU path, at no cost).  Every property is read once (each read
+    costs about 0.1 us: this runs on every call)."""
     if isinstance(A, SparseCSR):
         a_shape, layout, values = A.size, torch.sparse_csr, A.values
     else:
@@ -108,9 +109,7 @@ def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
         raise error(ValueError, "A and B must both be 2D or both be 3D tensors", f"got {a_dim}D and {b_dim}D")
     if layout is not torch.sparse_coo and layout is not torch.sparse_csr:
         raise error(ValueError, "A should be in either COO or CSR sparse format", f"got {layout}")
-    if values is not A:
-        check_arrays(A.crow_indices, A.col_indices, values, a_shape)
-    elif A.dense_dim() != 0:
+    if values is A and A.dense_dim() != 0:
         raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
                          f"got {A.dense_dim()}")
     if B.layout is not torch.strided:
