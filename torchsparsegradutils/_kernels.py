@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 
 from . import _C, _cuda
-from ._csr import _HYPERSPARSE_ROWS_PER_ENTRY, CSRView, entry_rows, plain
+from ._csr import _HYPERSPARSE_ROWS_PER_ENTRY, CSRView, check_structure, entry_rows, plain
 
 # Entries per chunk of the gather-based SDDMM on non-CPU devices: bounds its
 # temporaries to about this many elements times p, instead of nnz times p.
@@ -168,7 +168,12 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 
 def _global_csr(A: CSRView):
     """A as one block-diagonal 2D CSR matrix of (b*n) x (b*m), built from index
-    arithmetic alone, with the global row and column of every entry."""
+    arithmetic alone, with the global row and column of every entry: the way of every
+    PyTorch-ops route, so a structure not checked yet (one from CSR arrays; a COO
+    tensor's was checked as its view was made) is checked here, before PyTorch's
+    sparse ops, which trust it, read it."""
+    if A.coo_indices is None:
+        check_structure(A)
     b, n, m = A.batch, A.nrows, A.ncols
     ptr, col = A.ptr.long(), A.col.long()
     if ptr.dim() == 2:                       # batched CSR: make the pointers global
@@ -218,6 +223,8 @@ def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> tor
         out = torch.empty(a.shape[0], M.shape[2], dtype=a.dtype)
         _C.grouped_mm(off, perm, _dense_for_c(a), _dense_for_c(M), out, torch.get_num_threads())
         return out
+    if M.dim() != 3 or M.shape[:2] != (off.shape[0] - 1, a.shape[1]):     # as the C glue checks
+        raise ValueError(f"b must have shape ({off.shape[0] - 1}, {a.shape[1]}, P), got {tuple(M.shape)}")
     lengths = _group_lengths(off, perm, a.shape[0])
     parts = torch.split(_in_group_order(a, perm), lengths)
     out = torch.cat([p @ M[r] for r, p in enumerate(parts)]) if parts else a.new_empty(0, M.shape[2])
@@ -230,6 +237,8 @@ def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> 
     if _use_c(off, a, G):
         _C.grouped_mm_tn(off, perm, _dense_for_c(a), _dense_for_c(G), out, torch.get_num_threads())
         return out
+    if G.dim() != 2 or G.shape[0] != a.shape[0]:                          # as the C glue checks
+        raise ValueError(f"grad must have shape ({a.shape[0]}, P), got {tuple(G.shape)}")
     lengths = _group_lengths(off, perm, a.shape[0])
     for r, (ap, gp) in enumerate(zip(torch.split(_in_group_order(a, perm), lengths),
                                      torch.split(_in_group_order(G, perm), lengths))):
