@@ -881,6 +881,8 @@ GROUPED_MALFORMED = {
     "off_decreasing": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 3, 2]), None, a, M)"),
     "off_not_ending_at_rows": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 5]), None, a, M)"),
     "off_more_groups_than_M": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 2, 4]), None, a, M)"),
+    "M_of_another_inner_size": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 4]), None, a, M[:, :2])"),
+    "tn_grad_of_other_rows": _src(_GROUPS, "t.grouped_mm_tn(torch.tensor([0, 1, 4]), None, a, G[:3])"),
     "tn_perm_all_zeros": _src(_GROUPS, "t.grouped_mm_tn(torch.tensor([0, 1, 4]), torch.zeros(4, dtype=torch.int64), "
                                        "a, G)"),
     "tn_off_negative": _src(_GROUPS, "t.grouped_mm_tn(torch.tensor([0, -1, 4]), None, a, G)"),

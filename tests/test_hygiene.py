@@ -208,14 +208,18 @@ def test_portable_kernels_agree(op, dtype, tmp_path):
         torch.testing.assert_close(grads_p[k], grads[k], **tol)
 
 
-MALFORMED_IDS = [(op, name) for op in OPS for name in sorted(malformed_cases(op))]
+# every case on both routes: the C kernels, and the PyTorch-ops one that devices without
+# our kernels take (forced on CPU here)
+PATHS = {"C": False, "torch_ops": True}
+MALFORMED_IDS = [(op, f"{name}-{path}") for op in OPS for name in sorted(malformed_cases(op)) for path in PATHS]
 
 
 @pytest.fixture(scope="session")
 def malformed_outcomes():
     """Every available op's malformed cases, run in child processes once per session."""
-    cases = {f"{op.name}/{name}": src for op in OPS if op.available() is not None
-             for name, src in malformed_cases(op).items()}
+    cases = {f"{op.name}/{name}-{path}": f"tsgu._backends.force_torch_ops = {forced}\n{src}"
+             for op in OPS if op.available() is not None
+             for name, src in malformed_cases(op).items() for path, forced in PATHS.items()}
     return child_outcomes(cases)
 
 

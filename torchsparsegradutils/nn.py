@@ -201,6 +201,7 @@ class GCNConv(torch.nn.Module):
         return out + self.bias if self.bias is not None else out
 
 
-def _same_contents(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal tensors: same shape, dtype, device and values."""
-    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and torch.equal(a, b)
+def _same_contents(a: torch.Tensor, b) -> bool:
+    """Is b a tensor equal to a: same shape, dtype, device and values?"""
+    return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device \
+        and torch.equal(a, b)

@@ -10,6 +10,7 @@ import warnings
 
 import torch
 
+from .._core.intake import check_structure
 from .._core.native import STATUS
 from .._core.torch_sparse import coo_tensor, csr_tensor
 from .._core.view import CSRView, entry_rows
@@ -23,7 +24,12 @@ _HALF = (torch.float16, torch.bfloat16)
 
 def global_csr(A: CSRView):
     """A as one block-diagonal 2D CSR matrix of (b*n) x (b*m), built from index
-    arithmetic alone, with the global row and column of every entry."""
+    arithmetic alone, with the global row and column of every entry: the way of every
+    op here, so a structure not checked yet (one from CSR arrays; a COO tensor's was
+    checked as its view was made) is checked here, before PyTorch's sparse ops, which
+    trust it, read it."""
+    if A.coo_indices is None:
+        check_structure(A)
     b, n, m = A.batch, A.nrows, A.ncols
     ptr, col = A.ptr.long(), A.col.long()
     if ptr.dim() == 2:                       # batched CSR: make the pointers global
@@ -118,6 +124,8 @@ def group_rows(idx: torch.Tensor, R: int):
 def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
     """out[i] = a[i] @ M[r] for the rows i of group r (perm None: group r is the rows
     off[r]..off[r+1]-1)."""
+    if M.dim() != 3 or M.shape[:2] != (off.shape[0] - 1, a.shape[1]):     # as the C glue checks
+        raise ValueError(f"b must have shape ({off.shape[0] - 1}, {a.shape[1]}, P), got {tuple(M.shape)}")
     lengths = _group_lengths(off, perm, a.shape[0])        # checked before perm is read through
     parts = torch.split(_in_group_order(a, perm), lengths)
     out = torch.cat([p @ M[r] for r, p in enumerate(parts)]) if parts else a.new_empty(0, M.shape[2])
@@ -126,6 +134,8 @@ def grouped_mm(off: torch.Tensor, perm, a: torch.Tensor, M: torch.Tensor) -> tor
 
 def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     """out[r] = sum over the rows i of group r of a[i]^T G[i]."""
+    if G.dim() != 2 or G.shape[0] != a.shape[0]:                          # as the C glue checks
+        raise ValueError(f"grad must have shape ({a.shape[0]}, P), got {tuple(G.shape)}")
     out = torch.empty(off.shape[0] - 1, a.shape[1], G.shape[1], dtype=a.dtype, device=a.device)
     lengths = _group_lengths(off, perm, a.shape[0])
     for r, (ap, gp) in enumerate(zip(torch.split(_in_group_order(a, perm), lengths),

@@ -140,7 +140,9 @@ def check_structure(view: CSRView) -> None:
     in range and increasing within a row), raising ValueError: in C on CPU
     (csrc/csr_check.c), on the device where the CUDA kernels are built, else by
     PyTorch's own validator."""
-    check_arrays(view.ptr, view.col, view.values, view.shape)
+    # the view's own geometry: a hypersparse COO's non-empty rows are (1, kept, b*m)
+    own = (view.batch, view.nrows, view.ncols)
+    check_arrays(view.ptr, view.col, view.values, view.shape if tuple(view.shape[-2:]) == own[1:] else own)
     ptr, col = plain(view.ptr).contiguous(), plain(view.col).contiguous()
     if ptr.is_cpu:
         _C.csr_check(ptr, col, view.batch, view.nrows, view.ncols, torch.get_num_threads())
