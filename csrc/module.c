@@ -153,6 +153,14 @@ int raise_status(int status)
                                           "from 0 to the number of rows, or a row order is not a "
                                           "permutation of the rows");
         break;
+    case TSGU_EARG:
+        PyErr_SetString(PyExc_ValueError, "malformed arg of reduce='amax'/'amin': an index is neither -1 nor "
+                                          "the offset of an entry in its row");
+        break;
+    case TSGU_EROW_LONG:
+        PyErr_SetString(PyExc_ValueError, "reduce='amax'/'amin' takes rows of fewer than 2^31 entries "
+                                          "(their arg indices are int32)");
+        break;
     default:
         PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
     }
@@ -225,11 +233,15 @@ static PyMethodDef methods[] = {
     {"simd", py_simd, METH_NOARGS, "simd() -> 'avx2+fma' or 'portable': the kernels' variant (TSGU_PORTABLE=1)"},
     {"use_exchange_api", py_use_exchange_api, METH_O,
      "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
-    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
-    {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
+    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads[, mean])"},
+    {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads[, mean])"},
     {"spmm_coo", py_spmm_coo, METH_VARARGS,
      "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
-    {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
+    {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads[, mean])"},
+    {"spmm_arg", py_spmm_arg, METH_VARARGS,
+     "spmm_arg(crow, col, values, batch, n, m, B, out, arg_or_None, is_min, nthreads)"},
+    {"spmm_t_arg", py_spmm_t_arg, METH_VARARGS, "spmm_t_arg(crow, col, values, batch, n, m, arg, grad, out, nthreads)"},
+    {"sddmm_arg", py_sddmm_arg, METH_VARARGS, "sddmm_arg(crow, col, batch, n, m, arg, grad, B, out, nthreads)"},
     {"csr_check", py_csr_check, METH_VARARGS, "csr_check(crow, col, batch, n, m, nthreads): raises if malformed"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
