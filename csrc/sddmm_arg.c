@@ -31,7 +31,7 @@ int tsgu_sddmm_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, c
     sddmm_arg_ctx x = {A, arg, G, B, out};
     tsgu_advise_output(out, A->nnz * tsgu_real_size(A->rtype));
     tsgu_rows_fn fn = TSGU_PICK_HALF(sddmm_arg_rows, A->rtype, A->itype);
-    return tsgu_parallel_rows(A, 1, nthreads, fn, &x);
+    return tsgu_parallel_rows_weighted(A, 1, G->cols, nthreads, fn, &x);   /* a row costs p, an entry 1 */
 }
 
 #else /* template body: real_t, acc_t, idx_t, TSGU_FN, ... (tsgu_template_types.h) */
@@ -65,14 +65,18 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_arg_range)(const sddmm_arg_ct
                                                               acc_t *W, const int64_t p)
 {
     const tsgu_csr *A = x->A;
+    const idx_t *Aj = A->col;
     const real_t *Gx = x->G->data, *Bx = x->B->data;
     real_t *out = x->out;
-    int64_t n = A->nrows;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, ldb = x->B->rstride;
+    const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const int32_t *g = x->arg + r * p;
         const real_t *gi = Gx + k * x->G->bstride + i * x->G->rstride, *Bk = Bx + k * x->B->bstride;
+        for (int64_t e = start + ahead; e < end + ahead && e < nnz; e++)
+            TSGU_PREFETCH_ROW(Bk, Aj[e], m, ldb, 0, p);            /* the B rows of rows soon */
         int status;
 #if TSGU_NARROW
         int64_t s0 = start;
