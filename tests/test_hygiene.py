@@ -213,7 +213,7 @@ MALFORMED_IDS = [(op, name) for op in OPS for name in sorted(malformed_cases(op)
 def malformed_outcomes():
     """Every available op's malformed cases, run in child processes once per session."""
     import torchsparsegradutils as tsgu
-    cases = {f"{op.name}/{name}": src for op in OPS if hasattr(tsgu, op.name)
+    cases = {f"{op.name}/{name}": src for op in OPS if hasattr(tsgu, op.public)
              for name, src in malformed_cases(op).items()}
     return child_outcomes(cases)
 

@@ -118,7 +118,7 @@ def _arg_entries(A2: torch.Tensor, arg: torch.Tensor):
     """(r, t, e) for the output elements (r, t) whose arg names an entry, e its flat
     index; ValueError where an arg names no entry of its row (as the C kernels)."""
     ptr = A2.crow_indices()
-    arg = arg.reshape(ptr.numel() - 1, -1).long()
+    arg = arg.reshape(ptr.numel() - 1, arg.shape[-1]).long()
     if bool(((arg < -1) | (arg >= (ptr[1:] - ptr[:-1]).unsqueeze(1))).any()):
         raise ValueError(_MSG_ARG)
     r, t = (arg >= 0).nonzero(as_tuple=True)
