@@ -473,7 +473,14 @@ def test_arg_ops_gradgradcheck(kind):
 # ---------------------------------------------------------------- errors
 @pytest.mark.parametrize("reduce", ["max", "min", "prod", "Mean", "", None, 1])
 def test_unknown_reduce_is_a_value_error(reduce):
+    """Ours: a ValueError naming the four values.  PyTorch (2-D CSR): "max" and "min" are
+    aliases of "amax" and "amin"; anything else an error."""
     A, B = torch.eye(3).to_sparse_csr(), torch.randn(3, 2)
+    if reduce in ("max", "min"):
+        assert torch.equal(_quiet(torch.sparse.mm, A, B, reduce), _quiet(torch.sparse.mm, A, B, "a" + reduce))
+    else:
+        with pytest.raises((RuntimeError, TypeError)):
+            _quiet(torch.sparse.mm, A, B, reduce)
     with pytest.raises(ValueError, match="reduce must be one of 'sum', 'mean', 'amax' or 'amin'"):
         sparse_mm(A, B, reduce)
     with pytest.raises(ValueError, match="reduce must be one of"):
@@ -483,10 +490,14 @@ def test_unknown_reduce_is_a_value_error(reduce):
 @pytest.mark.parametrize("reduce", REDUCE)
 @pytest.mark.parametrize("to_sparse_B", [torch.Tensor.to_sparse, torch.Tensor.to_sparse_csr])
 def test_reduce_with_a_sparse_B_is_a_value_error(reduce, to_sparse_B):
-    """The check the sparse @ sparse branch shares: reduce other than "sum" needs a dense B."""
-    A, B = torch.eye(3).to_sparse(), to_sparse_B(torch.randn(3, 2))
-    with pytest.raises(ValueError, match="needs a dense B: with a sparse B, sparse_mm takes reduce='sum' only"):
-        sparse_mm(A, B, reduce)
+    """The check the sparse @ sparse branch shares: reduce other than "sum" needs a dense B.
+    (PyTorch: an error too, whether A is COO or CSR.)"""
+    B = to_sparse_B(torch.randn(3, 2))
+    for A in (torch.eye(3).to_sparse(), torch.eye(3).to_sparse_csr()):
+        with pytest.raises((RuntimeError, NotImplementedError)):
+            _quiet(torch.sparse.mm, A, B, reduce)
+        with pytest.raises(ValueError, match="needs a dense B: with a sparse B, sparse_mm takes reduce='sum' only"):
+            sparse_mm(A, B, reduce)
 
 
 def test_reduce_keeps_the_error_contract():
@@ -571,13 +582,18 @@ def test_readme_table_rows(layout, batched, reduce):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("reduce", REDUCE)
+@pytest.mark.parametrize("reduce", [None] + REDUCE)
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_readme_table_cuda_rows(reduce, layout):
-    """CUDA: PyTorch's reduce has a CPU kernel only; ours runs (PyTorch's ops on CUDA)."""
+    """CUDA, 2-D: PyTorch's product works and its reduce (a CPU kernel only) does not; ours
+    runs both (our CUDA kernels; PyTorch's ops for reduce)."""
     A, B = _table_operand(layout, False)
+    G = torch.randn(5, 3, generator=seeded("table G"))
+    if reduce is None:
+        torch.testing.assert_close(_quiet(torch.sparse.mm, A.cuda(), B.cuda()).cpu(), A.to_dense() @ B)
+        torch.testing.assert_close(sparse_mm(A.cuda(), B.cuda()).cpu(), A.to_dense() @ B)
+        return
     with pytest.raises((NotImplementedError, RuntimeError)):
         _quiet(torch.sparse.mm, A.cuda(), B.cuda(), reduce)
-    G = torch.randn(5, 3, generator=seeded("table G"))
     got = ours(A.cuda(), B.cuda(), G.cuda(), reduce)
     check_close([t.cpu() for t in got], scatter_reference(A, B, G, reduce), torch.float32)
