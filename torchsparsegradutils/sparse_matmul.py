@@ -73,36 +73,51 @@ def sparse_mm(A, B: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
         different dtypes.
     """
     if reduce != "sum":
-        check_reduce(reduce, B)
+        return _sparse_mm_reduce(A, B, reduce)
     if not isinstance(A, SparseCSR):
-        return _sparse_mm_torch(A, B, reduce)
+        return _sparse_mm_torch(A, B)
     shape = _check(A, B)
     values = A.values
     if torch.compiler.is_compiling() or records_graph(values, B):
-        if reduce == "sum":
-            return _ops.spmm(A.view(), values, B)
+        return _ops.spmm(A.view(), values, B)
+    # what the custom operator runs, without its dispatch (nothing to trace or record)
+    return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B)
+
+
+@eager_only
+def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    shape = _check(A, B)
+    if records_graph(A, B):
+        return SparseMatMul.apply(A, B)
+    # what the Function's forward does, without its view where the route allows
+    return _backends.spmm_tensor(A, B, shape)
+
+
+def _sparse_mm_reduce(A, B: torch.Tensor, reduce: str) -> torch.Tensor:
+    """sparse_mm with reduce other than "sum" (the same three routes as the product)."""
+    check_reduce(reduce, B)
+    if not isinstance(A, SparseCSR):
+        return _sparse_mm_reduce_torch(A, B, reduce)
+    shape = _check(A, B)
+    values = A.values
+    if torch.compiler.is_compiling() or records_graph(values, B):
         if reduce == "mean":
             return _ops.spmm(A.view(), values, B, mean=True)
         return _ops.spmm_arg(A.view(), values, B, reduce == "amin")[0]
-    # what the custom operator runs, without its dispatch (nothing to trace or record)
-    if reduce == "sum":
-        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B)
     return _reduce(view_of(A.crow_indices, A.col_indices, values, None, shape), B, reduce)
 
 
 @eager_only
-def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
-    shape = _check(A, B)
+def _sparse_mm_reduce_torch(A: torch.Tensor, B: torch.Tensor, reduce: str) -> torch.Tensor:
+    _check(A, B)
     if records_graph(A, B):
-        return SparseMatMul.apply(A, B) if reduce == "sum" else SparseMatMul.apply(A, B, reduce)
-    # what the Function's forward does, without its view where the route allows
-    if reduce == "sum":
-        return _backends.spmm_tensor(A, B, shape)
+        return SparseMatMul.apply(A, B, reduce)
     return _reduce(as_csr(A, compress_rows=True), B, reduce)
 
 
 def _reduce(view: CSRView, B: torch.Tensor, reduce: str) -> torch.Tensor:
-    """A @ B with reduce "mean", "amax" or "amin", where no graph is recorded."""
+    """A @ B with reduce "mean", "amax" or "amin", where no graph is recorded (amax and
+    amin keep no arg)."""
     if reduce == "mean":
         return _backends.spmm(view, B, mean=True)
     return _backends.spmm_arg(view, B, reduce == "amin", need_arg=False)[0]

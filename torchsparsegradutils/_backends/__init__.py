@@ -121,15 +121,14 @@ def _on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor,
-                mean: bool = False):
+def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor):
     """spmm of CSR arrays of an A of shape `shape`, taken as they are (any strides; the
     kernels check their structure), where no graph is recorded: on the cpu route
     straight to the kernel, without building a view."""
     if _backend(True, values, B) is cpu:
         return cpu.spmm_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
-                               shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B, mean)
-    return spmm(view_of(ptr, col, values, None, shape), B, mean)
+                               shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
+    return spmm(view_of(ptr, col, values, None, shape), B)
 
 
 def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape) -> torch.Tensor:
