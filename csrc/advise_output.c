@@ -10,7 +10,7 @@
  * another platform) changes nothing and is not an error.  Pages already
  * present are unaffected. */
 #define _DEFAULT_SOURCE /* madvise and MADV_HUGEPAGE under -std=c11 */
-#include "tsgu.h"
+#include "tsgu_advise.h"
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif

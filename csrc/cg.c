@@ -10,6 +10,7 @@
  * x *= ||b|| and the true residual ||b - A x|| / ||b|| is recomputed.  This is
  * the CPU path of utils.linear_cg for a sparse A without a preconditioner or
  * Lanczos probes: the same steps, tests and breakdown rules, in one call. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tsgu.h"

@@ -14,6 +14,7 @@
  * col), i.e. sorted and free of duplicates as a coalesced tensor's are, and 0
  * otherwise (then ptr is unspecified); every range is checked either way. */
 #include "tsgu.h"
+#include "tsgu_parallel.h"
 
 #define TSGU_MIN_ENTRIES (1 << 18) /* entries below which one thread does it all */
 
@@ -29,12 +30,13 @@ typedef struct {
 static int coo_task(void *vctx, int64_t t)
 {
     const coo_ctx *x = vctx;
-    int64_t sd = x->sd, nnz = x->nnz, e0 = nnz * t / x->T, e1 = nnz * (t + 1) / x->T;
+    int64_t sd = x->sd, nnz = x->nnz, T = x->T, e0 = nnz * t / T, e1 = nnz * (t + 1) / T;
     const int64_t *bi = sd == 3 ? x->idx : NULL;      /* batch index, if any */
     const int64_t *ri = x->idx + (sd - 2) * x->ld;    /* row index */
     const int64_t *ci = x->idx + (sd - 1) * x->ld;    /* column index */
     int64_t nb = sd == 3 ? x->sizes[0] : 1, n = x->sizes[sd - 2], m = x->sizes[sd - 1];
     int64_t R = nb * n, *ptr = x->ptr;
+    int probe = x->probe;
     /* global row and column of the entry before this chunk (-1 before the first
      * entry); its range is checked by the chunk that owns it */
     int64_t prev = -1, prevj = -1;
@@ -50,8 +52,8 @@ static int coo_task(void *vctx, int64_t t)
         if (b < 0 || b >= nb || i < 0 || i >= n || j < 0 || j >= m) return TSGU_EIDX_RANGE;
         int64_t r = b * n + i;
         if (!ptr || !sorted) continue;                       /* ranges only */
-        if (r < prev && !x->probe) return TSGU_EIDX_ORDER;
-        if (x->probe && (r < prev || (r == prev && j <= prevj))) {
+        if (r < prev && !probe) return TSGU_EIDX_ORDER;
+        if (probe && (r < prev || (r == prev && j <= prevj))) {
             sorted = 0;                                      /* stop filling ptr */
             continue;
         }
@@ -60,7 +62,7 @@ static int coo_task(void *vctx, int64_t t)
         prevj = j;
     }
     if (x->sorted) x->sorted[t] = sorted;
-    if (ptr && sorted && t == x->T - 1)                      /* rows after the last entry */
+    if (ptr && sorted && t == T - 1)                      /* rows after the last entry */
         for (int64_t s = prev + 1; s <= R; s++) ptr[s] = nnz;
     return TSGU_OK;
 }

@@ -7,6 +7,7 @@
  * The rows are walked exactly as the kernels walk them (tsgu_rows.h), so a
  * structure this accepts is one every kernel accepts. */
 #include "tsgu.h"
+#include "tsgu_parallel.h"
 
 #define TSGU_INDEX_ONLY 1
 #define TSGU_TEMPLATE_FILE "csr_check.c"

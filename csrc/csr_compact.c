@@ -55,11 +55,11 @@ TSGU_ISA_ATTR static int TSGU_FN(compact_cols)(const idx_t *Aj, int64_t start, i
 TSGU_ISA_ATTR static int TSGU_FN(compact_rows)(const tsgu_csr *A, int32_t *ptr32, int32_t *col32)
 {
     const idx_t *Aj = A->col;
-    int64_t m = A->ncols;
+    int64_t n = A->nrows, m = A->ncols, R = A->batch * n;
     if (ptr32) ptr32[0] = 0;
-    for (int64_t r = 0; r < A->batch * A->nrows; r++) {
-        int64_t start, end, k = r / A->nrows;
-        if (!TSGU_FN(row_entries)(A, k, r - k * A->nrows, &start, &end)) return TSGU_EPTR_ORDER;
+    for (int64_t r = 0; r < R; r++) {
+        int64_t start, end, k = r / n;
+        if (!TSGU_FN(row_entries)(A, k, r - k * n, &start, &end)) return TSGU_EPTR_ORDER;
         if (start < end) {
             int bad = Aj[start] < 0 || Aj[end - 1] >= m, status;
             for (int64_t e = start + 1; e < end; e++) bad |= Aj[e] <= Aj[e - 1];

@@ -10,6 +10,7 @@
  * (rows of A^T list their entries by increasing i), whatever the thread count. */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_parallel.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -54,8 +55,8 @@ static int TSGU_FN(transpose_walk)(const transpose_ctx *x, int64_t t, int place)
     const idx_t *Aj = A->col;
     idx_t *Ti = x->trow, *Tq = x->tperm;
     int64_t n = A->nrows, m = A->ncols;
-    int64_t *c = x->cnt + t * A->batch * m;
-    for (int64_t r = x->bounds[t]; r < x->bounds[t + 1]; r++) {
+    int64_t *c = x->cnt + t * A->batch * m, r0 = x->bounds[t], r1 = x->bounds[t + 1];
+    for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         int64_t prev = -1;
@@ -89,12 +90,12 @@ static int TSGU_FN(transpose_place)(void *x, int64_t t)
 static void TSGU_FN(transpose_offsets)(const transpose_ctx *x)
 {
     idx_t *Tp = x->tptr;
-    int64_t R = x->A->batch * x->A->ncols, pos = 0;
+    int64_t *cnt = x->cnt, R = x->A->batch * x->A->ncols, T = x->T, pos = 0;
     for (int64_t key = 0; key < R; key++) {
         Tp[key] = (idx_t)pos;
-        for (int64_t t = 0; t < x->T; t++) {
-            int64_t c = x->cnt[t * R + key];
-            x->cnt[t * R + key] = pos;
+        for (int64_t t = 0; t < T; t++) {
+            int64_t c = cnt[t * R + key];
+            cnt[t * R + key] = pos;
             pos += c;
         }
     }

@@ -12,6 +12,8 @@
 #pragma GCC optimize("fp-contract=fast") /* a*b+c as one FMA where the instruction set has it */
 #endif
 #include "tsgu.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_groups *g;
@@ -27,7 +29,6 @@ typedef struct {
 #endif
 #define TSGU_MR 6                  /* rows of C per tile */
 #define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
-#define TSGU_LINE 64               /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
 #define TSGU_TEMPLATE_FILE "grouped_mm.c"
@@ -93,7 +94,7 @@ TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_range)(const grouped_mm_ctx *x, int6
     const real_t *Ax = x->A->data, *Mx = x->M->data;
     real_t *Cx = x->C->data;
     int64_t n = x->A->rows, K = x->M->rows, P = x->M->cols;
-    int64_t lda = x->A->rstride, ldm = x->M->rstride, ldc = x->C->rstride;
+    int64_t lda = x->A->rstride, ldm = x->M->rstride, ldc = x->C->rstride, bsm = x->M->bstride;
     int64_t lo = 0, hi = x->g->ngroups;          /* r: the last group starting at or before q0 */
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
@@ -102,7 +103,7 @@ TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_range)(const grouped_mm_ctx *x, int6
     }
     for (int64_t r = lo, qstart = q0; qstart < q1; r++) {
         int64_t qend = off[r + 1] < q1 ? off[r + 1] : q1;
-        const real_t *Mr = Mx + r * x->M->bstride;
+        const real_t *Mr = Mx + r * bsm;
         for (int64_t q = qstart; q < qend; q += TSGU_MR) {
             const real_t *a[TSGU_MR];
             real_t *c[TSGU_MR];

@@ -11,6 +11,8 @@
 #pragma GCC optimize("fp-contract=fast") /* a*b+c as one FMA where the instruction set has it */
 #endif
 #include "tsgu.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_groups *g;
@@ -28,7 +30,6 @@ typedef struct {
 #define TSGU_MR 6                  /* rows of out[r] per tile */
 #define TSGU_VEC_BYTES 32          /* one AVX2 register; a tile is two of them wide */
 #define TSGU_CHUNK 128             /* rows of the group per pass over a task's tiles */
-#define TSGU_LINE 64               /* bytes per cache line */
 #define TSGU_MIN_WORK (1 << 20)    /* multiply-adds below which one thread does it all */
 
 /* rows [k0, k1) of slice s of S over K rows in tiles of TSGU_MR */
@@ -122,7 +123,7 @@ TSGU_ISA_ATTR static int TSGU_FN(tn_task)(const grouped_mm_tn_ctx *x, int64_t r,
 {
     const int64_t *off = x->g->off, *perm = x->g->perm;
     const real_t *Ax = x->A->data, *Gx = x->G->data;
-    int64_t n = x->A->rows, P = x->G->cols, ldo = x->out->rstride;
+    int64_t n = x->A->rows, P = x->G->cols, lda = x->A->rstride, ldg = x->G->rstride, ldo = x->out->rstride;
     real_t *Or = (real_t *)x->out->data + r * x->out->bstride;
     const real_t *a[TSGU_CHUNK], *g[TSGU_CHUNK];
     for (int64_t k = k0; k < k1; k++)
@@ -132,8 +133,8 @@ TSGU_ISA_ATTR static int TSGU_FN(tn_task)(const grouped_mm_tn_ctx *x, int64_t r,
         for (int64_t q = 0; q < cnt; q++) {
             int64_t i = perm ? perm[q0 + q] : q0 + q;
             if (i < 0 || i >= n) return TSGU_EGROUP;
-            a[q] = Ax + i * x->A->rstride;
-            g[q] = Gx + i * x->G->rstride;
+            a[q] = Ax + i * lda;
+            g[q] = Gx + i * ldg;
             for (int64_t t = k0; t < k1; t += TSGU_LINE / (int64_t)sizeof(real_t)) TSGU_PREFETCH(a[q] + t);
             for (int64_t t = 0; t < P; t += TSGU_LINE / (int64_t)sizeof(real_t)) TSGU_PREFETCH(g[q] + t);
         }
@@ -161,12 +162,12 @@ TSGU_ISA_ATTR static int TSGU_FN(grouped_mm_tn_task)(void *vctx, int64_t t)
 {
     const grouped_mm_tn_ctx *x = vctx;
     int64_t lo = x->total * t / x->T, hi = x->total * (t + 1) / x->T, S = x->slices;
-    int64_t before = 0;
-    for (int64_t j = 0; j < x->g->ngroups * S; j++) {
+    int64_t R = x->g->ngroups, K = x->A->cols, before = 0;
+    for (int64_t j = 0; j < R * S; j++) {
         int64_t cost = task_cost(x, j);
         if (before >= lo && before < hi) {
             int64_t k0, k1;
-            slice_rows(x->A->cols, j % S, S, &k0, &k1);
+            slice_rows(K, j % S, S, &k0, &k1);
             if (k0 < k1) {
                 int status = TSGU_FN(tn_task)(x, j / S, k0, k1);
                 if (status) return status;

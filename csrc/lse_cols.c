@@ -22,9 +22,13 @@
  * and updating one range of its states (a row's columns increase, so "is this
  * entry mine" changes at most twice per row).
  * Workspace: the states, about P times the output. */
+#include <math.h>
 #include <stdlib.h>
 #include "tsgu.h"
-#include "tsgu_exp.h"
+#include "tsgu_lse.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
+#include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
 #define TSGU_MIN_ENTRIES (1 << 16) /* entries below which one thread does it all */
 #define TSGU_CHUNKS 2              /* chunks of rows, when ... */
@@ -155,15 +159,17 @@ TSGU_ISA_ATTR static void TSGU_FN(lse_cols_sum)(const tsgu_csr *A, int64_t e0, i
 TSGU_ISA_ATTR static int TSGU_FN(lse_cols_pass)(const lse_cols_ctx *x, int64_t t, int pass)
 {
     const tsgu_csr *A = x->A;
-    int64_t n = A->nrows, m = A->ncols;
-    for (int64_t u = t; u < x->P * x->Q; u += x->tasks) {
-        int64_t p = u / x->Q, q = u % x->Q, r0 = x->rows[p], r1 = x->rows[p + 1];
-        int64_t span = x->base[p + 1] - x->base[p], lo = span * q / x->Q, hi = span * (q + 1) / x->Q;
-        TSGU_FN(lse_col) *st = (TSGU_FN(lse_col) *)x->state + x->base[p];
+    const int64_t *rows = x->rows, *k0 = x->k0, *k1 = x->k1, *base = x->base;
+    int64_t n = A->nrows, m = A->ncols, P = x->P, Q = x->Q, tasks = x->tasks;
+    TSGU_FN(lse_col) *state = x->state;
+    for (int64_t u = t; u < P * Q; u += tasks) {
+        int64_t p = u / Q, q = u % Q, r0 = rows[p], r1 = rows[p + 1];
+        int64_t span = base[p + 1] - base[p], lo = span * q / Q, hi = span * (q + 1) / Q;
+        TSGU_FN(lse_col) *st = state + base[p];
         if (pass == 1)
             for (int64_t c = lo; c < hi; c++) st[c] = (TSGU_FN(lse_col)){0, -INFINITY};
-        for (int64_t k = x->k0[p]; k <= x->k1[p]; k++) {     /* item k: states st[c0..c0+m) */
-            int64_t c0 = (k - x->k0[p]) * m, jlo = lo - c0, jhi = hi - c0;
+        for (int64_t k = k0[p]; k <= k1[p]; k++) {     /* item k: states st[c0..c0+m) */
+            int64_t c0 = (k - k0[p]) * m, jlo = lo - c0, jhi = hi - c0;
             int64_t i0 = k * n < r0 ? r0 - k * n : 0, i1 = (k + 1) * n > r1 ? r1 - k * n : n;
             if (jlo < 0) jlo = 0;
             if (jhi > m) jhi = m;
@@ -200,26 +206,29 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_cols_combine)(const lse_cols_ctx *x, int64_
 {
     TSGU_FN(lse_col) *state = x->state;
     real_t *out = x->out;
-    int64_t n = x->A->nrows, m = x->A->ncols, C = x->A->batch * m, c0 = C * t / x->T;
+    const int64_t *k0 = x->k0, *k1 = x->k1, *base = x->base;
+    int64_t n = x->A->nrows, m = x->A->ncols, C = x->A->batch * m, P = x->P, T = x->T, ld = x->ld;
+    int64_t c0 = C * t / T, c1 = C * (t + 1) / T;
+    int zeros = x->zeros;
     TSGU_FN(lse_col) *st[TSGU_MAX_THREADS];
-    for (int64_t c = c0, k = c0 / m, j = c0 - k * m; c < C * (t + 1) / x->T; c++, j++) {
+    for (int64_t c = c0, k = c0 / m, j = c0 - k * m; c < c1; c++, j++) {
         if (j == m) {                                      /* the next item's first column */
             k++;
             j = 0;
         }
         int64_t covering = 0, first = 1;
         double mx = -INFINITY, s = 0;
-        for (int64_t p = 0; p < x->P; p++)
-            if (x->k0[p] <= k && k <= x->k1[p]) st[covering++] = state + x->base[p] + (k - x->k0[p]) * m + j;
+        for (int64_t p = 0; p < P; p++)
+            if (k0[p] <= k && k <= k1[p]) st[covering++] = state + base[p] + (k - k0[p]) * m + j;
         for (int64_t q = 0; q < covering; q++) {
             if (finish || st[q]->mx > mx) mx = st[q]->mx;   /* (the shift, the same in each) */
             s += st[q]->s;
         }
         if (finish) {
-            out[k * x->ld + j] = (real_t)(covering ? mx + log(s) : -INFINITY);
+            out[k * ld + j] = (real_t)(covering ? mx + log(s) : -INFINITY);
             continue;
         }
-        int64_t z = x->zeros ? n - (int64_t)s : 0;
+        int64_t z = zeros ? n - (int64_t)s : 0;
         double shift = tsgu_lse_shift(mx, z);
         for (int64_t q = 0; q < covering; q++, first = 0)
             *st[q] = (TSGU_FN(lse_col)){first && z > 0 ? (double)z * exp(-shift) : 0, (real_t)shift};

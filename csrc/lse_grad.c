@@ -11,7 +11,9 @@
  * column term reads one cache line, not two. */
 #include <stdlib.h>
 #include "tsgu.h"
-#include "tsgu_exp.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
+#include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
 typedef struct {
     const tsgu_csr *A;
@@ -44,7 +46,7 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_grad_range)(void *vctx, int64_t r0, int64_t
     const idx_t *Aj = A->col;
     const real_t *Ax = A->val, *Lr = x->Lr, *Gr = x->Gr, *LGc = x->LGc;
     real_t *out = x->out;
-    int64_t n = A->nrows, m = A->ncols;
+    int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
     real_t d[TSGU_BLOCK], gc[TSGU_BLOCK];
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end, prev = -1;
@@ -63,7 +65,7 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_grad_range)(void *vctx, int64_t r0, int64_t
                 int64_t j = Aj[e0 + q];
                 if (j <= prev || j >= m) return tsgu_col_error(j, m);
                 prev = j;
-                if (e0 + q + TSGU_AHEAD < A->nnz) {      /* a pair needed soon (its column in range) */
+                if (e0 + q + TSGU_AHEAD < nnz) {      /* a pair needed soon (its column in range) */
                     int64_t ja = Aj[e0 + q + TSGU_AHEAD];
                     TSGU_PREFETCH(LGc + 2 * (k * m + ((uint64_t)ja < (uint64_t)m ? ja : 0)));
                 }

@@ -6,11 +6,13 @@
  * of every whole item
  *     item_out[k] = log sum_i exp(out[k*ld + i]).
  * One pass for the row's max (checking its columns), one for the shifted sum
- * (tsgu_lse_shift/finish in tsgu.h) with a vectorized exp (tsgu_exp.h) summed
+ * (tsgu_lse.h) with a vectorized exp (tsgu_exp.h) summed
  * in four fixed lanes; each row is summed by one thread and each item folded
  * in row order, so the bits do not depend on the thread count. */
 #include "tsgu.h"
-#include "tsgu_exp.h"
+#include "tsgu_lse.h"
+#include "tsgu_parallel.h"
+#include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
 typedef struct {
     const tsgu_csr *A;
@@ -55,7 +57,8 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_rows_range)(void *vctx, int64_t r0, int64_t
     const idx_t *Aj = A->col;
     const real_t *Ax = A->val;
     real_t *out = x->out;
-    int64_t n = A->nrows, m = A->ncols;
+    int64_t n = A->nrows, m = A->ncols, ld = x->ld;
+    int zeros = x->zeros;
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
@@ -66,10 +69,10 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_rows_range)(void *vctx, int64_t r0, int64_t
             prev = j;
             if (Ax[e] > vmax) vmax = Ax[e];
         }
-        int64_t nz = x->zeros ? m - (end - start) : 0;
+        int64_t nz = zeros ? m - (end - start) : 0;
         double shift = tsgu_lse_shift(vmax, nz);
         double s = TSGU_FN(sum_exp)(Ax + start, end - start, (real_t)shift);
-        out[k * x->ld + i] = (real_t)tsgu_lse_finish(shift, s, nz);
+        out[k * ld + i] = (real_t)tsgu_lse_finish(shift, s, nz);
     }
     return TSGU_OK;
 }
@@ -79,9 +82,9 @@ TSGU_ISA_ATTR static void TSGU_FN(lse_items)(const lse_rows_ctx *x, void *vitem_
 {
     const real_t *out = x->out;
     real_t *item_out = vitem_out;
-    int64_t n = x->A->nrows;
-    for (int64_t k = 0; k < x->A->batch; k++) {
-        const real_t *o = out + k * x->ld;
+    int64_t b = x->A->batch, n = x->A->nrows, ld = x->ld;
+    for (int64_t k = 0; k < b; k++) {
+        const real_t *o = out + k * ld;
         real_t vmax = -INFINITY;
         for (int64_t i = 0; i < n; i++)
             if (o[i] > vmax) vmax = o[i];

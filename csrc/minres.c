@@ -11,6 +11,7 @@
  * most tol, or after max_iter iterations; then the true residual is recomputed.
  * This is the CPU path of utils.minres for a sparse A without a preconditioner:
  * the same steps, in one call. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tsgu.h"

@@ -8,6 +8,7 @@
  * allocation), else as DLPack capsules from a registered exporter or
  * tensor.__dlpack__(). */
 #include "glue.h"
+#include "tsgu_isa.h"
 
 /* the C exchange table a tensor type may publish as its __dlpack_c_exchange_api__
  * capsule (DLPack 1.3); only dltensor_from_py_object_no_sync is used here: it fills
@@ -105,66 +106,66 @@ PyObject *finish(call *c, int status)
     Py_RETURN_NONE;
 }
 
+/* ---- the status table: the name and ValueError message of every status a kernel
+ * returns but TSGU_OK and TSGU_ENOMEM (a MemoryError); Python reads it through
+ * status_messages() rather than typing the messages again ---- */
+static const struct {
+    const char *name;    /* the code's name in tsgu.h, without TSGU_ */
+    const char *message;
+} status_table[] = {
+    [TSGU_EPTR_ENDS] = {"EPTR_ENDS", "malformed sparse matrix: row pointers (crow_indices) "
+                                     "must start at 0 and end at the number of stored entries"},
+    [TSGU_EPTR_ORDER] = {"EPTR_ORDER",
+                         "malformed sparse matrix: row pointers (crow_indices) must be non-decreasing"},
+    [TSGU_ECOL_RANGE] = {"ECOL_RANGE", "malformed sparse matrix: a column index is negative or "
+                                       "not less than the number of columns"},
+    [TSGU_ECOL_ORDER] = {"ECOL_ORDER", "malformed sparse matrix: column indices must be sorted "
+                                       "and unique within each row"},
+    [TSGU_EIDX_RANGE] = {"EIDX_RANGE", "malformed sparse matrix: an index is negative or not less "
+                                       "than the size of its dimension"},
+    [TSGU_EIDX_ORDER] = {"EIDX_ORDER", "malformed sparse matrix: the COO tensor is marked coalesced "
+                                       "but its indices are not sorted by row"},
+    [TSGU_ETRI_SIDE] = {"ETRI_SIDE", "A is not triangular on the requested side: it stores an entry "
+                                     "below the diagonal with upper=True, or above it with upper=False"},
+    [TSGU_EDIAG_ZERO] = {"EDIAG_ZERO", "A is singular: a diagonal entry is zero or not stored "
+                                       "(pass unitriangular=True if the diagonal is implicit ones)"},
+    [TSGU_EDIAG_UNIT] = {"EDIAG_UNIT", "unitriangular=True, but A stores diagonal entries: "
+                                       "the unit diagonal must be implicit (A strictly triangular)"},
+    [TSGU_EGROUP] = {"EGROUP", "malformed grouping: a relation index is negative or not less "
+                               "than the number of relations, segment offsets do not run "
+                               "from 0 to the number of rows, or a row order is not a "
+                               "permutation of the rows"},
+    [TSGU_EARG] = {"EARG", "malformed arg of reduce='amax'/'amin': an index is neither -1 nor "
+                           "the offset of an entry in its row"},
+    [TSGU_EROW_LONG] = {"EROW_LONG", "reduce='amax'/'amin' takes rows of fewer than 2^31 entries "
+                                     "(their arg indices are int32)"},
+};
+#define N_STATUS ((int)(sizeof status_table / sizeof status_table[0]))
+
 /* status code -> exception; returns -1 when one was set */
 int raise_status(int status)
 {
-    switch (status) {
-    case TSGU_OK: return 0;
-    case TSGU_EPTR_ENDS:
-        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: row pointers (crow_indices) "
-                                          "must start at 0 and end at the number of stored entries");
-        break;
-    case TSGU_EPTR_ORDER:
-        PyErr_SetString(PyExc_ValueError,
-                        "malformed sparse matrix: row pointers (crow_indices) must be non-decreasing");
-        break;
-    case TSGU_ECOL_RANGE:
-        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: a column index is negative or "
-                                          "not less than the number of columns");
-        break;
-    case TSGU_ECOL_ORDER:
-        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: column indices must be sorted "
-                                          "and unique within each row");
-        break;
-    case TSGU_EIDX_RANGE:
-        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: an index is negative or not less "
-                                          "than the size of its dimension");
-        break;
-    case TSGU_EIDX_ORDER:
-        PyErr_SetString(PyExc_ValueError, "malformed sparse matrix: the COO tensor is marked coalesced "
-                                          "but its indices are not sorted by row");
-        break;
-    case TSGU_ENOMEM: PyErr_NoMemory(); break;
-    case TSGU_ETRI_SIDE:
-        PyErr_SetString(PyExc_ValueError, "A is not triangular on the requested side: it stores an entry "
-                                          "below the diagonal with upper=True, or above it with upper=False");
-        break;
-    case TSGU_EDIAG_ZERO:
-        PyErr_SetString(PyExc_ValueError, "A is singular: a diagonal entry is zero or not stored "
-                                          "(pass unitriangular=True if the diagonal is implicit ones)");
-        break;
-    case TSGU_EDIAG_UNIT:
-        PyErr_SetString(PyExc_ValueError, "unitriangular=True, but A stores diagonal entries: "
-                                          "the unit diagonal must be implicit (A strictly triangular)");
-        break;
-    case TSGU_EGROUP:
-        PyErr_SetString(PyExc_ValueError, "malformed grouping: a relation index is negative or not less "
-                                          "than the number of relations, segment offsets do not run "
-                                          "from 0 to the number of rows, or a row order is not a "
-                                          "permutation of the rows");
-        break;
-    case TSGU_EARG:
-        PyErr_SetString(PyExc_ValueError, "malformed arg of reduce='amax'/'amin': an index is neither -1 nor "
-                                          "the offset of an entry in its row");
-        break;
-    case TSGU_EROW_LONG:
-        PyErr_SetString(PyExc_ValueError, "reduce='amax'/'amin' takes rows of fewer than 2^31 entries "
-                                          "(their arg indices are int32)");
-        break;
-    default:
-        PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
-    }
+    if (status == TSGU_OK) return 0;
+    if (status == TSGU_ENOMEM) PyErr_NoMemory();
+    else if (status > 0 && status < N_STATUS && status_table[status].message)
+        PyErr_SetString(PyExc_ValueError, status_table[status].message);
+    else PyErr_Format(PyExc_RuntimeError, "internal error in a sparse kernel (status %d)", status);
     return -1;
+}
+
+/* ---- status_messages() -> {name: message}: the status table ---- */
+static PyObject *py_status_messages(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    PyObject *d = PyDict_New();
+    for (int s = 0; d && s < N_STATUS; s++) {
+        if (!status_table[s].message) continue;
+        PyObject *msg = PyUnicode_FromString(status_table[s].message);
+        if (!msg || PyDict_SetItemString(d, status_table[s].name, msg)) Py_CLEAR(d);
+        Py_XDECREF(msg);
+    }
+    return d;
 }
 
 /* ---- set_exporter(fn): fn(tensor) -> "dltensor" capsule, used by every later call ---- */
@@ -231,6 +232,8 @@ static PyObject *py_simd(PyObject *self, PyObject *unused)
 static PyMethodDef methods[] = {
     {"set_exporter", py_set_exporter, METH_O, "set_exporter(fn): fn(tensor) -> DLPack capsule"},
     {"simd", py_simd, METH_NOARGS, "simd() -> 'avx2+fma' or 'portable': the kernels' variant (TSGU_PORTABLE=1)"},
+    {"status_messages", py_status_messages, METH_NOARGS,
+     "status_messages() -> {name: message}: the ValueError message of each kernel status (tsgu.h, no TSGU_)"},
     {"use_exchange_api", py_use_exchange_api, METH_O,
      "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
     {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads[, mean])"},

@@ -9,7 +9,8 @@
  * row belongs to exactly one chunk, so kernels that write whole rows give the
  * same bits for any thread count. */
 #include <pthread.h>
-#include "tsgu.h"
+#include "tsgu_parallel.h"
+#include "tsgu_row_ptr.h"
 
 #define TSGU_MIN_COST_PER_THREAD (1 << 18) /* below this a thread costs more than it saves */
 
@@ -46,9 +47,25 @@ int tsgu_parallel_tasks(int64_t T, tsgu_task_fn fn, void *ctx)
     return status;
 }
 
+/* start of global row r (0 <= r <= batch*nrows, batch >= 1) in the flat entry
+ * arrays; used to balance threads, never to index memory.  The pointer is not
+ * checked yet (the kernels do that), so it is clamped into its valid range
+ * first: nothing overflows whatever it holds. */
+static int64_t row_start(const tsgu_csr *A, int64_t r)
+{
+    int64_t k = A->nrows ? r / A->nrows : 0, i = r - k * A->nrows;
+    int64_t q = k * A->ptr_stride + i;
+    if (TSGU_BATCHED_PTR(A) && k == A->batch) { /* one past the last item: its end */
+        k--;
+        q = k * A->ptr_stride + A->nrows;
+    }
+    int64_t p = tsgu_ptr_at(A, q), top = TSGU_BATCHED_PTR(A) ? A->entry_stride : A->nnz;
+    return (p < 0 ? 0 : p > top ? top : p) + k * A->entry_stride;
+}
+
 static int64_t row_cost(const tsgu_csr *A, int64_t r, int64_t w, int64_t wr)
 {
-    return tsgu_row_start(A, r) * w + r * wr;
+    return row_start(A, r) * w + r * wr;
 }
 
 /* first row r in [lo, hi] with cost(r) >= target; pointers may be malformed, so

@@ -8,6 +8,9 @@
  * order of partial sums, so the result does not depend on the thread count. */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -57,21 +60,23 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
     const real_t *Gx = x->G->data, *Bx = x->B->data;
     real_t *out = x->out;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
+    const int mean = A->row_mean;
+    int64_t bsg = x->G->bstride, ldg = x->G->rstride, bsb = x->B->bstride, ldb = x->B->rstride;
     const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        const acc_t *g = TSGU_FN(widened)(Gx + k * x->G->bstride + i * x->G->rstride, gw, p);
-        const real_t *Bk = Bx + k * x->B->bstride;
-        const acc_t count = A->row_mean ? (acc_t)(end - start) : 1;
+        const acc_t *g = TSGU_FN(widened)(Gx + k * bsg + i * ldg, gw, p);
+        const real_t *Bk = Bx + k * bsb;
+        const acc_t count = mean ? (acc_t)(end - start) : 1;
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
-            if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, x->B->rstride, 0, p); /* B row soon */
-            acc_t d = TSGU_FN(dot)(g, Bk + j * x->B->rstride, p);
-            out[e] = TSGU_STORE(A->row_mean ? d / count : d);
+            if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, ldb, 0, p); /* B row soon */
+            acc_t d = TSGU_FN(dot)(g, Bk + j * ldb, p);
+            out[e] = TSGU_STORE(mean ? d / count : d);
         }
     }
     return TSGU_OK;

@@ -11,6 +11,9 @@
  * segments of that many entries) and rounded once. */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -66,15 +69,17 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_arg_range)(const sddmm_arg_ct
 {
     const tsgu_csr *A = x->A;
     const idx_t *Aj = A->col;
+    const int32_t *arg = x->arg;
     const real_t *Gx = x->G->data, *Bx = x->B->data;
     real_t *out = x->out;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, ldb = x->B->rstride;
+    int64_t bsg = x->G->bstride, ldg = x->G->rstride, bsb = x->B->bstride;
     const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        const int32_t *g = x->arg + r * p;
-        const real_t *gi = Gx + k * x->G->bstride + i * x->G->rstride, *Bk = Bx + k * x->B->bstride;
+        const int32_t *g = arg + r * p;
+        const real_t *gi = Gx + k * bsg + i * ldg, *Bk = Bx + k * bsb;
         for (int64_t e = start + ahead; e < end + ahead && e < nnz; e++)
             TSGU_PREFETCH_ROW(Bk, Aj[e], m, ldb, 0, p);            /* the B rows of rows soon */
         int status;

@@ -6,6 +6,9 @@
  * entry order, so the result does not depend on the thread count; 16-bit
  * values are summed in float and rounded once. */
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -70,12 +73,12 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
     const tsgu_csr *A = x->A;
     const real_t *Bx = x->B->data;
     real_t *Cx = x->C->data;
-    int64_t n = A->nrows, ldc = x->C->rstride;
+    int64_t n = A->nrows, bsb = x->B->bstride, bsc = x->C->bstride, ldc = x->C->rstride;
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end, t0 = 0;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        const real_t *Bk = Bx + k * x->B->bstride;
-        real_t *c = Cx + k * x->C->bstride + i * ldc;
+        const real_t *Bk = Bx + k * bsb;
+        real_t *c = Cx + k * bsc + i * ldc;
         int status = TSGU_OK;
         for (; t0 + TSGU_PBLOCK <= p && status == TSGU_OK; t0 += TSGU_PBLOCK)
             status = TSGU_FN(spmm_block)(x, start, end, Bk, c, t0, TSGU_PBLOCK);

@@ -9,7 +9,11 @@
  * amax, +inf for amin) keeps that value, with arg -1.  Each output row is
  * written by one thread, so the result does not depend on the thread count;
  * 16-bit values are multiplied and compared in float and rounded once. */
+#include <math.h>
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -89,14 +93,15 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_arg_range)(const spmm_arg_ctx 
     const tsgu_csr *A = x->A;
     const real_t *Bx = x->B->data;
     real_t *Cx = x->C->data;
-    int64_t n = A->nrows, ldc = x->C->rstride;
+    int32_t *arg = x->arg;
+    int64_t n = A->nrows, bsb = x->B->bstride, bsc = x->C->bstride, ldc = x->C->rstride;
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end, t0 = 0;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         if (end - start > INT32_MAX) return TSGU_EROW_LONG;
-        const real_t *Bk = Bx + k * x->B->bstride;
-        real_t *c = Cx + k * x->C->bstride + i * ldc;
-        int32_t *g = x->arg ? x->arg + r * p : NULL;
+        const real_t *Bk = Bx + k * bsb;
+        real_t *c = Cx + k * bsc + i * ldc;
+        int32_t *g = arg ? arg + r * p : NULL;
         int status = TSGU_OK;
         for (; t0 + TSGU_PBLOCK <= p && status == TSGU_OK; t0 += TSGU_PBLOCK)
             status = TSGU_FN(spmm_arg_block)(x, start, end, Bk, c, g, t0, TSGU_PBLOCK, is_min);

@@ -12,6 +12,9 @@
  * are kept in float and rounded once) and one for the G row in use. */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -80,8 +83,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_item)(const spmm_t_ctx *x, i
     }
 #if TSGU_NARROW
     real_t *Ok = (real_t *)x->out->data + k * x->out->bstride;
+    int64_t ldo = x->out->rstride;
     for (int64_t j = j0; j < j1; j++)
-        for (int64_t t = 0; t < p; t++) Ok[j * x->out->rstride + t] = TSGU_STORE(S[(j - j0) * lds + t]);
+        for (int64_t t = 0; t < p; t++) Ok[j * ldo + t] = TSGU_STORE(S[(j - j0) * lds + t]);
 #endif
     return TSGU_OK;
 }
@@ -99,14 +103,16 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_rows)(const spmm_t_ctx *x, i
     acc_t *S = p > 0 ? malloc((size_t)((rows + 1) * p) * sizeof(acc_t)) : NULL, *gw = S ? S + rows * p : NULL;
     if (p > 0 && !S) return TSGU_ENOMEM;
     tsgu_advise_output(S, rows * p * (int64_t)sizeof(acc_t));
+#else
+    acc_t *Ox = x->out->data;
+    int64_t bso = x->out->bstride, ldo = x->out->rstride;
 #endif
     for (int64_t k = k0; k < k1 && status == TSGU_OK; k++) {
         int64_t j0 = lo > k * m ? lo - k * m : 0, j1 = hi < (k + 1) * m ? hi - k * m : m;
 #if TSGU_NARROW
         status = TSGU_FN(spmm_t_item)(x, k, j0, j1, S, p, gw, p);
 #else
-        acc_t *own = (acc_t *)x->out->data + k * x->out->bstride + j0 * x->out->rstride;
-        status = TSGU_FN(spmm_t_item)(x, k, j0, j1, own, x->out->rstride, NULL, p);
+        status = TSGU_FN(spmm_t_item)(x, k, j0, j1, Ox + k * bso + j0 * ldo, ldo, NULL, p);
 #endif
     }
 #if TSGU_NARROW

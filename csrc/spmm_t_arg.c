@@ -13,6 +13,9 @@
  * sums for the owned block of an item (rounded once). */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_advise.h"
+#include "tsgu_parallel.h"
+#include "tsgu_prefetch.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -56,6 +59,7 @@ TSGU_ISA_ATTR static int TSGU_FN(spmm_t_arg_item)(const spmm_t_arg_ctx *x, int64
     const tsgu_csr *A = x->A;
     const idx_t *Aj = A->col;
     const real_t *Ax = A->val;
+    const int32_t *arg = x->arg;
     const real_t *Gk = (const real_t *)x->G->data + k * x->G->bstride;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, ldg = x->G->rstride, p = x->G->cols, w = t1 - t0;
     const int64_t ahead = tsgu_prefetch_ahead(w, sizeof(acc_t));
@@ -64,7 +68,7 @@ TSGU_ISA_ATTR static int TSGU_FN(spmm_t_arg_item)(const spmm_t_arg_ctx *x, int64
     for (int64_t i = 0; i < n; i++) {
         int64_t start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        const int32_t *g = x->arg + (k * n + i) * p;
+        const int32_t *g = arg + (k * n + i) * p;
         const real_t *gi = Gk + i * ldg;
         for (int64_t e = start + ahead; e < end + ahead && e < nnz; e++) {
             int64_t jn = Aj[e];                   /* not yet checked: no arithmetic */
@@ -82,8 +86,9 @@ TSGU_ISA_ATTR static int TSGU_FN(spmm_t_arg_item)(const spmm_t_arg_ctx *x, int64
     }
 #if TSGU_NARROW
     real_t *Ok = (real_t *)x->out->data + k * x->out->bstride + t0;
+    int64_t ldo = x->out->rstride;
     for (int64_t j = j0; j < j1; j++)
-        for (int64_t t = 0; t < w; t++) Ok[j * x->out->rstride + t] = TSGU_STORE(S[(j - j0) * lds + t]);
+        for (int64_t t = 0; t < w; t++) Ok[j * ldo + t] = TSGU_STORE(S[(j - j0) * lds + t]);
 #endif
     return TSGU_OK;
 }
@@ -104,14 +109,16 @@ TSGU_ISA_ATTR static int TSGU_FN(spmm_t_arg_task)(void *vctx, int64_t t)
     int64_t rows = hi - lo < m ? hi - lo : m;     /* the most own rows in one item */
     acc_t *S = malloc((size_t)(rows * (t1 - t0)) * sizeof(acc_t) + 1);
     if (!S) return TSGU_ENOMEM;
+#else
+    acc_t *Ox = x->out->data;
+    int64_t bso = x->out->bstride, ldo = x->out->rstride;
 #endif
     for (int64_t k = k0; k < k1 && status == TSGU_OK; k++) {
         int64_t j0 = lo > k * m ? lo - k * m : 0, j1 = hi < (k + 1) * m ? hi - k * m : m;
 #if TSGU_NARROW
         status = TSGU_FN(spmm_t_arg_item)(x, k, j0, j1, t0, t1, S, t1 - t0);
 #else
-        acc_t *own = (acc_t *)x->out->data + k * x->out->bstride + j0 * x->out->rstride + t0;
-        status = TSGU_FN(spmm_t_arg_item)(x, k, j0, j1, t0, t1, own, x->out->rstride);
+        status = TSGU_FN(spmm_t_arg_item)(x, k, j0, j1, t0, t1, Ox + k * bso + j0 * ldo + t0, ldo);
 #endif
     }
 #if TSGU_NARROW

@@ -19,6 +19,7 @@
  * a row is split over four partial sums added in a fixed order, so
  * the result does not depend on the thread count. */
 #include "tsgu.h"
+#include "tsgu_parallel.h"
 
 typedef struct {
     const tsgu_csr *A;
@@ -75,25 +76,28 @@ TSGU_ISA_ATTR static int TSGU_FN(tri_row_status)(const trisolve_ctx *x, int64_t 
 {
     const tsgu_csr *A = x->A;
     const idx_t *Aj = A->col;
+    const real_t *Ax = A->val;
     int64_t m = A->ncols, prev = -1, start, end;
+    int upper = x->upper, unit = x->unit;
     if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
     for (int64_t e = start; e < end; e++) {
         int64_t j = Aj[e];
         if (j <= prev || j >= m) return tsgu_col_error(j, m);
         prev = j;
-        if (x->upper ? j < i : j > i) return TSGU_ETRI_SIDE;
-        if (j == i && x->unit) return TSGU_EDIAG_UNIT;
+        if (upper ? j < i : j > i) return TSGU_ETRI_SIDE;
+        if (j == i && unit) return TSGU_EDIAG_UNIT;
     }
-    if (x->unit) return TSGU_OK;
-    int64_t e = x->upper ? start : end - 1;   /* where the diagonal must be */
-    return start == end || Aj[e] != i || ((const real_t *)A->val)[e] == 0 ? TSGU_EDIAG_ZERO : TSGU_OK;
+    if (unit) return TSGU_OK;
+    int64_t e = upper ? start : end - 1;   /* where the diagonal must be */
+    return start == end || Aj[e] != i || Ax[e] == 0 ? TSGU_EDIAG_ZERO : TSGU_OK;
 }
 
 /* status of items [0, b), rows in order: the first row's error, or TSGU_OK */
 TSGU_ISA_ATTR static int TSGU_FN(tri_check)(const trisolve_ctx *x, int64_t b)
 {
-    for (int64_t r = 0; r < b * x->A->nrows; r++) {
-        int status = TSGU_FN(tri_row_status)(x, r / x->A->nrows, r % x->A->nrows);
+    int64_t n = x->A->nrows;
+    for (int64_t r = 0; r < b * n; r++) {
+        int status = TSGU_FN(tri_row_status)(x, r / n, r % n);
         if (status != TSGU_OK) return status;
     }
     return TSGU_OK;
@@ -130,8 +134,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(tri_item)(const trisolve_ctx *x, in
     const real_t *Ax = x->A->val;
     int64_t n = x->A->nrows, ld = x->X->rstride;
     real_t *Xk = (real_t *)x->X->data + k * x->X->bstride;
+    int upper = x->upper, trans = x->trans;
     /* A x = b visits rows towards the diagonal's far end; A^T x = b the other way */
-    int forward = x->trans ? x->upper : !x->upper;
+    int forward = trans ? upper : !upper;
 #define TSGU_TRI_COL(j)                                                   \
     do {                                                                  \
         if (!tri_col_ok((j), prev, hi)) return TSGU_FN(tri_row_status)(x, k, i); \
@@ -142,9 +147,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(tri_item)(const trisolve_ctx *x, in
         real_t d;
         int status = TSGU_FN(tri_row)(x, k, i, &start, &end, &d);
         if (status != TSGU_OK) return status;
-        int64_t prev = x->upper ? i : -1, hi = x->upper ? n : i, e = start;
+        int64_t prev = upper ? i : -1, hi = upper ? n : i, e = start;
         real_t *restrict xi = Xk + i * ld;
-        if (!x->trans && p == 1) {             /* x[i] = (b[i] - sum a_ij x[j]) / a_ii */
+        if (!trans && p == 1) {             /* x[i] = (b[i] - sum a_ij x[j]) / a_ii */
             real_t s0 = xi[0], s1 = 0, s2 = 0, s3 = 0;  /* four sums: a quarter of the chain */
             for (; e + 3 < end; e += 4) {
                 int64_t j0 = Aj[e], j1 = Aj[e + 1], j2 = Aj[e + 2], j3 = Aj[e + 3];
@@ -163,7 +168,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(tri_item)(const trisolve_ctx *x, in
                 s0 -= Ax[e] * Xk[j * ld];
             }
             xi[0] = ((s0 + s2) + (s1 + s3)) / d;
-        } else if (!x->trans) {
+        } else if (!trans) {
             for (; e < end; e++) {
                 int64_t j = Aj[e];
                 TSGU_TRI_COL(j);
@@ -192,8 +197,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(tri_item)(const trisolve_ctx *x, in
 /* solve items [k0, k1) in place */
 TSGU_ISA_ATTR static int TSGU_FN(tri_solve)(const trisolve_ctx *x, int64_t k0, int64_t k1)
 {
+    int64_t p = x->X->cols;
     for (int64_t k = k0; k < k1; k++) {
-        int status = x->X->cols == 1 ? TSGU_FN(tri_item)(x, k, 1) : TSGU_FN(tri_item)(x, k, x->X->cols);
+        int status = p == 1 ? TSGU_FN(tri_item)(x, k, 1) : TSGU_FN(tri_item)(x, k, p);
         if (status != TSGU_OK) return status;
     }
     return TSGU_OK;

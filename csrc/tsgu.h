@@ -1,4 +1,6 @@
-/* tsgu.h: the one header of the C kernels.
+/* tsgu.h: the interface of the C kernels: the views they take, the status
+ * codes they return and their prototypes.  What the kernels share beyond it
+ * lives in headers named after their jobs (tsgu_parallel.h, tsgu_rows.h, ...).
  *
  * A sparse matrix (or a batch of them, all n x m) is passed to kernels as a
  * non-owning CSR view.  Kernels never allocate tensor memory; they read and
@@ -10,16 +12,14 @@
  *   batched: batch arrays of n+1 pointers each, every one starting at 0
  *            (ptr_stride = n+1, entry_stride = nnz per item)
  * In both, global row r = k*n + i (item k, row i) holds the entries
- *   [tsgu_row_start(A, r), tsgu_row_start(A, r+1))
+ *   [k*entry_stride + ptr[q], k*entry_stride + ptr[q+1]),  q = k*ptr_stride + i
  * of the flat col/val arrays, and column indices are local to the item.
  */
 #ifndef TSGU_H
 #define TSGU_H
 
-#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdlib.h>
 
 /* status codes: 0 is success, every other value names one problem */
 enum {
@@ -71,127 +71,15 @@ typedef struct {
     tsgu_real rtype; /* element type */
 } tsgu_dense;
 
-/* batched layout (one pointer array per item)?  entry_stride cannot tell: it is
- * 0 in both layouts when the items hold no entries */
-#define TSGU_BATCHED_PTR(A) ((A)->ptr_stride != (A)->nrows)
-
-/* read row pointer q of the raw pointer array */
-static inline int64_t tsgu_ptr_at(const tsgu_csr *A, int64_t q)
-{
-    return A->itype == TSGU_I32 ? (int64_t)((const int32_t *)A->ptr)[q]
-                                : ((const int64_t *)A->ptr)[q];
-}
-
-/* x86-64 builds carry AVX2+FMA variants of the kernels beside the portable ones
- * and choose at run time, so one build runs on any x86-64 processor; the
- * environment variable TSGU_PORTABLE=1 (read once) makes them take the portable
- * ones, which is how the tests run those on AVX2 machines. */
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
-#define TSGU_X86_CLONES 1
-static inline int tsgu_use_avx2(void)
-{
-    static int use = -1;  /* racy first use is harmless: every thread computes the same value */
-    if (use < 0) {
-        const char *portable = getenv("TSGU_PORTABLE");
-        use = !(portable && portable[0] == '1') && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return use;
-}
-#else
-#define TSGU_X86_CLONES 0
-#endif
-
-/* force inlining, so that a constant width specializes a row loop */
-#if defined(__GNUC__) || defined(__clang__)
-#define TSGU_ALWAYS_INLINE static inline __attribute__((always_inline))
-#else
-#define TSGU_ALWAYS_INLINE static inline
-#endif
-
-/* Kernels walk a row's columns j (after prev, -1 at the row's start) and stop at
- * the first that fails j > prev && j < ncols; this says which rule it broke. */
-static inline int tsgu_col_error(int64_t j, int64_t ncols)
-{
-    return j < 0 || j >= ncols ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
-}
-
-/* return fn(args..., p) with p a compile-time constant for the widths the row
- * loops are specialized for (the accumulator then lives in registers) */
-#define TSGU_BY_WIDTH(p, fn, ...)                  \
-    switch (p) {                                   \
-    case 1: return fn(__VA_ARGS__, 1);             \
-    case 16: return fn(__VA_ARGS__, 16);           \
-    case 32: return fn(__VA_ARGS__, 32);           \
-    case 64: return fn(__VA_ARGS__, 64);           \
-    default: return fn(__VA_ARGS__, p);            \
-    }
-
-/* a prefetch hint for memory read soon; no-op where unavailable */
-#if defined(__GNUC__) || defined(__clang__)
-#define TSGU_PREFETCH(addr) __builtin_prefetch((addr), 0, 1)
-#define TSGU_PREFETCH_W(addr) __builtin_prefetch((addr), 1, 1) /* memory updated soon */
-#else
-#define TSGU_PREFETCH(addr) ((void)0)
-#define TSGU_PREFETCH_W(addr) ((void)0)
-#endif
-
-#define TSGU_LINE 64 /* bytes per cache line */
-
-/* how many entries ahead to prefetch a gathered row of w values of `size` bytes:
- * about TSGU_PREFETCH_LINES cache lines in flight, between 8 and 64 entries */
-#define TSGU_PREFETCH_LINES 64
-static inline int64_t tsgu_prefetch_ahead(int64_t w, int64_t size)
-{
-    int64_t lines = (w * size + 63) / 64, ahead = TSGU_PREFETCH_LINES / (lines > 0 ? lines : 1);
-    return ahead < 8 ? 8 : ahead > 64 ? 64 : ahead;
-}
-
-/* start of global row r (0 <= r <= batch*nrows, batch >= 1) in the flat entry
- * arrays; used to balance threads, never to index memory.  The pointer is not
- * checked yet (the kernels do that), so it is clamped into its valid range
- * first: nothing overflows whatever it holds. */
-static inline int64_t tsgu_row_start(const tsgu_csr *A, int64_t r)
-{
-    int64_t k = A->nrows ? r / A->nrows : 0, i = r - k * A->nrows;
-    int64_t q = k * A->ptr_stride + i;
-    if (TSGU_BATCHED_PTR(A) && k == A->batch) { /* one past the last item: its end */
-        k--;
-        q = k * A->ptr_stride + A->nrows;
-    }
-    int64_t p = tsgu_ptr_at(A, q), top = TSGU_BATCHED_PTR(A) ? A->entry_stride : A->nnz;
-    return (p < 0 ? 0 : p > top ? top : p) + k * A->entry_stride;
-}
-
-/* threads (parallel_rows.c) */
-#define TSGU_MAX_THREADS 256
-/* Run fn(ctx, t) for t in [0, T) on T threads; first non-zero status in task order. */
-typedef int (*tsgu_task_fn)(void *ctx, int64_t t);
-int tsgu_parallel_tasks(int64_t T, tsgu_task_fn fn, void *ctx);
-/* Split the global rows [0, batch*nrows) into T <= nthreads contiguous chunks of
- * about equal cost (entries*work_per_entry + rows); chunk t is
- * [bounds[t], bounds[t+1]).  Returns T; bounds needs TSGU_MAX_THREADS+1 slots. */
-int64_t tsgu_split_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads, int64_t *bounds);
-/* Run fn over those chunks on threads; first non-zero status any chunk returned. */
-typedef int (*tsgu_rows_fn)(void *ctx, int64_t r0, int64_t r1);
-int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
-                       tsgu_rows_fn fn, void *ctx);
-/* the same with each row costing work_per_row besides its entries */
-int tsgu_parallel_rows_weighted(const tsgu_csr *A, int64_t work_per_entry, int64_t work_per_row, int nthreads,
-                                tsgu_rows_fn fn, void *ctx);
-
-/* bytes of one value of type t */
-static inline int64_t tsgu_real_size(tsgu_real t) { return t == TSGU_F64 ? 8 : t == TSGU_F32 ? 4 : 2; }
-
-/* bytes from the first to one past the last element of a dense view */
-static inline int64_t tsgu_dense_span(const tsgu_dense *D)
-{
-    if (D->batch <= 0 || D->rows <= 0 || D->cols <= 0) return 0;
-    return ((D->batch - 1) * D->bstride + (D->rows - 1) * D->rstride + D->cols) * tsgu_real_size(D->rtype);
-}
-
-/* huge pages under an output or workspace about to be written for the first time
- * (advise_output.c) */
-void tsgu_advise_output(void *data, int64_t bytes);
+/* Rows of a dense matrix in R groups (gather_mm, segment_mm): group r holds the
+ * rows perm[q] for q in [off[r], off[r+1]), or the rows q themselves when perm
+ * is NULL (consecutive segments).  Kernels check the grouping (tsgu_groups_check)
+ * before reading through it. */
+typedef struct {
+    int64_t ngroups;     /* R */
+    const int64_t *off;  /* R+1 offsets into the row order */
+    const int64_t *perm; /* the row order (a permutation of the rows), or NULL */
+} tsgu_groups;
 
 /* kernels, one per file */
 int tsgu_csr_check_ends(const tsgu_csr *A);
@@ -248,31 +136,6 @@ int tsgu_cg(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, int has_x0, c
             double *rel, double *true_rel, tsgu_krylov_info *info, int nthreads);
 int tsgu_minres(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *X, const tsgu_krylov_opts *o,
                 double *rel, double *true_rel, tsgu_krylov_info *info, int nthreads);
-
-/* Rows of a dense matrix in R groups (gather_mm, segment_mm): group r holds the
- * rows perm[q] for q in [off[r], off[r+1]), or the rows q themselves when perm
- * is NULL (consecutive segments).  Kernels check the grouping (tsgu_groups_check)
- * before reading through it. */
-typedef struct {
-    int64_t ngroups;     /* R */
-    const int64_t *off;  /* R+1 offsets into the row order */
-    const int64_t *perm; /* the row order (a permutation of the rows), or NULL */
-} tsgu_groups;
-
-/* Log-sum-exp of one group (lse_rows.c): its values v and nz zeros
- * (absent entries counted as genuine zeros; nz = 0 when they are left out).
- * shift = max(max v, 0 if nz > 0), or 0 where that is not finite (an empty
- * group, or a +inf value: no inf - inf); then with s = sum exp(v - shift)
- *     lse = shift + log(s + nz * exp(-shift))    (-inf when nothing contributes) */
-static inline double tsgu_lse_shift(double vmax, int64_t nz)
-{
-    double shift = nz > 0 && vmax < 0 ? 0 : vmax;
-    return isfinite(shift) ? shift : 0;
-}
-static inline double tsgu_lse_finish(double shift, double s, int64_t nz)
-{
-    return shift + log(nz > 0 ? s + (double)nz * exp(-shift) : s);  /* no 0 * inf */
-}
 
 /* kernels of the grouped products and log-sum-exp (files of the same name) */
 int tsgu_groups_check(const tsgu_groups *g, int64_t rows);

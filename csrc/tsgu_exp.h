@@ -12,9 +12,10 @@
 #ifndef TSGU_EXP_H
 #define TSGU_EXP_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
-#include "tsgu.h"
+#include "tsgu_inline.h"
 
 /* The selects below (clamps, overflow, NaN) vectorize only when floating-point
  * comparisons may be assumed not to trap (the kernels never read the FP

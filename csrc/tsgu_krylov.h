@@ -15,6 +15,8 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(col_dot)(const real_t *x, const re
 
 #ifndef TSGU_KRYLOV_ONCE /* the parts that are the same in every variant */
 #define TSGU_KRYLOV_ONCE
+#include <math.h>
+#include "tsgu_parallel.h"
 /* return fn(args..., k) with k a compile-time constant when it is 1 */
 #define TSGU_BY_COLS(k, fn, ...) return (k) == 1 ? fn(__VA_ARGS__, 1) : fn(__VA_ARGS__, k)
 #define TSGU_KRYLOV_PER_THREAD (1 << 20)

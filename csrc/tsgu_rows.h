@@ -2,6 +2,29 @@
  * include guard): a kernel's template body includes it once per variant, with
  * idx_t, TSGU_FN (and for widened, real_t, acc_t, TSGU_LOAD, TSGU_NARROW) defined. */
 
+#ifndef TSGU_ROWS_ONCE /* the parts that are the same in every variant */
+#define TSGU_ROWS_ONCE
+#include "tsgu_prefetch.h"
+
+/* Kernels walk a row's columns j (after prev, -1 at the row's start) and stop at
+ * the first that fails j > prev && j < ncols; this says which rule it broke. */
+static inline int tsgu_col_error(int64_t j, int64_t ncols)
+{
+    return j < 0 || j >= ncols ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
+}
+
+/* a prefetch of the row that column index j (not yet checked) names in a dense
+ * matrix X of row stride ld, columns [t0, t0 + w): only when j is in [0, m),
+ * so no address is computed from an out-of-range index */
+#define TSGU_PREFETCH_ROW(X, j, m, ld, t0, w)                                    \
+    do {                                                                       \
+        int64_t j_ = (j);                                                      \
+        if (j_ >= 0 && j_ < (m))                                               \
+            for (int64_t t_ = 0; t_ < (w); t_ += TSGU_LINE / (int64_t)sizeof(*(X))) \
+                TSGU_PREFETCH((X) + j_ * (ld) + (t0) + t_);                    \
+    } while (0)
+#endif
+
 /* The entries [*start, *end) of row i of item k, with the row's two pointers
  * checked (0 <= ptr[q] <= ptr[q+1] <= entries left after the item's offset)
  * before anything is computed from them.  Returns 1 when they are valid, 0 when
@@ -17,17 +40,6 @@ TSGU_ALWAYS_INLINE int TSGU_FN(row_entries)(const tsgu_csr *A, int64_t k, int64_
     *end = ok ? b + off : 0;
     return ok;
 }
-
-/* a prefetch of the row that column index j (not yet checked) names in a dense
- * matrix X of row stride ld, columns [t0, t0 + w): only when j is in [0, m),
- * so no address is computed from an out-of-range index */
-#define TSGU_PREFETCH_ROW(X, j, m, ld, t0, w)                                    \
-    do {                                                                       \
-        int64_t j_ = (j);                                                      \
-        if (j_ >= 0 && j_ < (m))                                               \
-            for (int64_t t_ = 0; t_ < (w); t_ += TSGU_LINE / (int64_t)sizeof(*(X))) \
-                TSGU_PREFETCH((X) + j_ * (ld) + (t0) + t_);                    \
-    } while (0)
 
 #ifdef TSGU_HALF_TOO
 /* the p values at x as acc_t: x itself, or (16-bit values) widened into w */

@@ -7,6 +7,8 @@
  * TSGU_FN(name) (name suffixed with the variant) and TSGU_ISA_ATTR (the
  * function attribute selecting the instruction set) defined.  One source,
  * every variant, no copy-paste; TSGU_PICK selects one at run time. */
+#include "tsgu_inline.h"
+#include "tsgu_isa.h"
 #ifdef TSGU_HALF_TOO
 #include "tsgu_half.h"
 #endif

@@ -14,7 +14,8 @@ sys.path.insert(0, ROOT)  # the checkout's package (with its built extension) wi
 import torchsparsegradutils  # noqa: E402
 
 project = "torchsparsegradutils"
-author = "torchsparsegradutils contributors"
+author = "the torchsparsegradutils developers"
+copyright = author
 release = version = torchsparsegradutils.__version__
 
 extensions = [
@@ -28,9 +29,10 @@ extensions = [
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build", "generated/*.md"]
 templates_path = ["_templates"]
-html_theme = "alabaster"
+html_theme = "furo"
 html_title = "torchsparsegradutils"
-html_theme_options = {"page_width": "1200px", "sidebar_width": "240px"}
+html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 nitpicky = False
 
 myst_enable_extensions = ["colon_fence", "dollarmath"]
@@ -42,7 +44,7 @@ myst_heading_anchors = 3
 autosummary_generate = True
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
+autodoc_typehints = "signature"  # the docstrings give types in words (NumPy style)
 autodoc_inherit_docstrings = False  # no torch.nn.Module / autograd.Function boilerplate
 # Optional dependencies of documented modules: without them installed the module is
 # documented against a mock and its docstring examples are shown but not run.
@@ -53,6 +55,7 @@ autosummary_context = {"missing_extras": sorted(MISSING)}
 
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
+napoleon_use_rtype = False  # "Returns: <what>": the sections name what comes back, in words
 napoleon_custom_sections = [("Gradients", "notes_style")]
 
 # `sphinx-build -b doctest`: every testcode block and docstring example; each page's run
@@ -73,5 +76,13 @@ def _skip_examples_needing_missing_extras(app, doctree):
             block["skipif"] = "True"
 
 
+def _drop_namedtuple_field_boilerplate(app, what, name, obj, options, lines):
+    """A NamedTuple's fields are listed with their names and types, without Python's
+    "Alias for field number N" as their text (the class docstring describes them)."""
+    if what == "attribute" and len(lines) <= 2 and lines and lines[0].startswith("Alias for field number"):
+        lines.clear()
+
+
 def setup(app):
     app.connect("doctree-read", _skip_examples_needing_missing_extras)
+    app.connect("autodoc-process-docstring", _drop_namedtuple_field_boilerplate)

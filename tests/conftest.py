@@ -1,17 +1,21 @@
 """Shared test helpers: fixed seeds, random sparse operands in every layout and
-memory arrangement, dense references, the registry of public ops (one `Op`
-entry per op) that test_hygiene.py and test_properties.py sweep, and a runner
+memory arrangement, dense references, the registry of public ops and surfaces (one
+`Op` entry each: the ops, SparseCSR and its to_torch, the nn layers, the distribution,
+the encoder, the custom operators called directly) that test_hygiene.py and
+test_properties.py sweep, and a runner
 for calls that might crash the interpreter (they run in a child process).
 
 Test files import what they need with ``from conftest import ...``.
 """
 import contextlib
+import importlib
 import json
 import os
 import resource
 import subprocess
 import sys
 import textwrap
+import types
 import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
@@ -155,13 +159,19 @@ def entry_indices(A: torch.Tensor) -> Tuple[torch.Tensor, ...]:
     """(batch?, row, col) of every stored entry in A's value order, by torch ops alone."""
     if A.layout == torch.sparse_coo:
         return tuple(A._indices().long())
-    crow, col = A.crow_indices().long(), A.col_indices().long()
+    rows, col = compressed_positions(A.crow_indices(), A.col_indices())
     n = A.shape[-2]
-    counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
-    rows = torch.repeat_interleave(torch.arange(counts.numel()), counts)
     if A.dim() == 3:
-        return rows // n, rows % n, col.reshape(-1)
+        return rows // n, rows % n, col
     return rows, col
+
+
+def compressed_positions(crow: torch.Tensor, col: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(row, column) of every entry of CSR arrays, by torch ops alone: for a batch,
+    (b, n+1) pointers or the stacked (b*n+1,) ones, the global row k*n + i."""
+    crow = crow.long()
+    counts = (crow[..., 1:] - crow[..., :-1]).reshape(-1)
+    return torch.repeat_interleave(torch.arange(counts.numel()), counts), col.long().reshape(-1)
 
 
 def dense_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -269,17 +279,38 @@ class Op:
     large: Spec = Spec()
     variants: int = 1
     sparse_input: bool = True        # the op takes a sparse A built from values by the test
-    function: Optional[str] = None   # the public function's name, where it is not `name`
+    # what a value dtype outside op.dtypes raises (None: nothing to check, e.g. the op takes any)
+    dtype_error: Optional[Tuple[type, str]] = (TypeError, "supports float32 and float64 values")
+    # the layouts of MALFORMED that malformed_call takes (default: op.layouts)
+    malformed_layouts: Optional[Tuple[str, ...]] = None
+    # False: the op runs only kernels that other ops' sweeps run (so the comparison of
+    # the portable kernels with the AVX2 ones is theirs)
+    own_kernels: bool = True
+    # the public object's path, where it is not `name` (two entries for one function)
+    function: Optional[str] = None
 
-    @property
-    def public(self) -> str:
-        return self.function or self.name
+    def available(self):
+        """The public object the name (or `function`) reaches (a dotted path under
+        torchsparsegradutils, or under torch for "torch.ops.tsgu.<op>"), or None when this
+        build does not have it."""
+        parts = (self.function or self.name).split(".")
+        obj = torch if parts[0] == "torch" else tsgu
+        for part in parts[1:] if parts[0] == "torch" else parts:
+            if isinstance(obj, types.ModuleType) and not hasattr(obj, part):
+                try:
+                    importlib.import_module(f"{obj.__name__}.{part}")
+                except ImportError:
+                    return None
+            obj = getattr(obj, part, None)
+            if obj is None:
+                return None
+        return obj
 
     def fn(self):
-        """The public function, or a pytest skip when this build does not have it."""
-        fn = getattr(tsgu, self.public, None)
+        """available(), or a pytest skip when this build does not have it."""
+        fn = self.available()
         if fn is None:
-            pytest.skip(f"torchsparsegradutils.{self.public} is not available in this build")
+            pytest.skip(f"{self.name} is not available in this build")
         return fn
 
 
@@ -521,6 +552,385 @@ def _make_segment_mm(spec: Spec) -> Case:
     return Case({"a": a, "b": b}, (seglen,), lambda a, b: tsgu.segment_mm(a, b, seglen), ref)
 
 
+# ------------------------------------------------------------ the newer surfaces
+# SparseCSR (sparse_mm on it, and its to_torch), the nn layers, the distribution, the
+# encoder and the custom operators called directly, as Ops of the same registry.
+def _components(spec: Spec, D: torch.Tensor):
+    """(SparseCSR of A in spec.layout, leaf values in its order, dense(v) of its pattern)."""
+    from torchsparsegradutils._core.intake import as_csr
+    A = to_sparse(D, spec.layout, spec.itype, seeded("layout", spec))
+    view = as_csr(A)
+    S = tsgu.SparseCSR(view.ptr, view.col, view.values, tuple(A.shape))
+    rows, cols = compressed_positions(view.ptr, view.col)
+    b, n, m = (D.shape[0] if D.dim() == 3 else 1), D.shape[-2], D.shape[-1]
+
+    def dense(v):
+        return torch.zeros(b * n, m, dtype=v.dtype).index_put((rows, cols), v.reshape(-1), accumulate=True) \
+            .reshape(D.shape)
+    return S, leaf_like(view.values), dense
+
+
+def _make_sparse_csr_mm(spec: Spec) -> Case:
+    """sparse_mm on a SparseCSR (torch's batched CSR, or the stacked rows of a COO batch)."""
+    gen = seeded("SparseCSR", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    S, values, dense = _components(spec, D)
+    B = dense_operand(_lead(spec) + (spec.m, spec.p), spec.dtype, gen, spec.bmode)
+    return Case({"values": values, "B": B}, (S.crow_indices, S.col_indices), lambda S, B: tsgu.sparse_mm(S, B),
+                lambda v, B: dense(v) @ B, build=lambda v: S._replace(values=v))
+
+
+def _make_to_torch(spec: Spec) -> Case:
+    """sparse_mm of the torch sparse tensor to_torch gives (PyTorch's own to_dense() cannot
+    differentiate a batched CSR tensor)."""
+    gen = seeded("SparseCSR.to_torch", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    S, values, dense = _components(spec, D)
+    B = dense_operand(_lead(spec) + (spec.m, spec.p), spec.dtype, gen, spec.bmode)
+    return Case({"values": values, "B": B}, (S.crow_indices, S.col_indices),
+                lambda S, B: tsgu.sparse_mm(S.to_torch(), B), lambda v, B: dense(v) @ B,
+                build=lambda v: S._replace(values=v))
+
+
+_SPARSE_CSR_OF_A = ("(SparseCSR(A.crow_indices(), A.col_indices(), A.values(), tuple(A.shape)) "
+                    "if A.layout == torch.sparse_csr else SparseCSR.from_torch(A))")
+
+
+def _src(setup: str, call: str) -> str:
+    """A bad-input case (see child_outcomes): `setup` defines the inputs, `call` the call."""
+    return f"{setup}\ninputs = [t for t in locals().values() if isinstance(t, torch.Tensor)]\ncall = lambda: {call}"
+
+
+# bad SparseCSR components, as (setup, the SparseCSR, a B for sparse_mm): the setup's
+# components are those of a 2D (2, 3) matrix with 2 entries
+_OK_CSR = "crow, col, v = torch.tensor([0, 1, 2]), torch.tensor([0, 2]), torch.ones(2)"
+_BAD_COMPONENTS = {
+    "values_2d_for_1d_crow": (_OK_CSR, "SparseCSR(crow, col, v[None], (2, 3))", "torch.ones(3, 1)"),
+    "values_1d_for_batched_crow": (_OK_CSR, "SparseCSR(crow.repeat(2, 1), col.repeat(2, 1), v.repeat(2), (2, 2, 3))",
+                                   "torch.ones(2, 3, 1)"),
+    "size_4d": (_OK_CSR, "SparseCSR(crow, col, v, (1, 1, 2, 3))", "torch.ones(1, 1, 3, 1)"),
+    "size_negative": (_OK_CSR, "SparseCSR(crow, col, v, (2, -3))", "torch.ones(3, 1)"),
+    "crow_too_short": (_OK_CSR, "SparseCSR(crow[:2], col, v, (2, 3))", "torch.ones(3, 1)"),
+    "stacked_col_out_of_range": ("crow, col = torch.tensor([0, 1, 2, 3, 4]), torch.tensor([0, 1, 0, 7])",
+                                 "SparseCSR(crow, col, torch.ones(4), (2, 2, 3))", "torch.ones(2, 3, 1)"),
+}
+SPARSE_CSR_MALFORMED = {name: _src(setup, f"sparse_mm({S}, {B})") for name, (setup, S, B) in _BAD_COMPONENTS.items()}
+TO_TORCH_MALFORMED = {name: _src(setup, f"{S}.to_torch()") for name, (setup, S, _) in _BAD_COMPONENTS.items()}
+
+
+def _make_sparse_linear(spec: Spec) -> Case:
+    """SparseLinear(m -> n) on the pattern of A (in spec.layout), through functional_call, so
+    that its values and bias are the test's leaves; x (p, m), or (2, p, m) batched."""
+    gen = seeded("SparseLinear", spec)
+    D = random_dense(1, spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows)[0]
+    import torchsparsegradutils.nn as tnn
+    layer = tnn.SparseLinear(spec.m, spec.n, pattern=to_sparse(D, spec.layout, spec.itype, seeded("layout", spec)),
+                             dtype=spec.dtype)
+    rows, cols = compressed_positions(layer.crow_indices, layer.col_indices)
+    leaves = {"values": torch.randn(layer.nnz, generator=gen, dtype=spec.dtype),
+              "bias": torch.randn(spec.n, generator=gen, dtype=spec.dtype),
+              "x": dense_operand(_lead(spec) + (spec.p, spec.m), spec.dtype, gen, spec.bmode)}
+
+    def ref(v, b, x):
+        W = torch.zeros(spec.n, spec.m, dtype=v.dtype).index_put((rows, cols), v)
+        return x @ W.t() + b
+    return Case(leaves, (layer.crow_indices, layer.col_indices),
+                lambda v, b, x: torch.func.functional_call(layer, {"values": v, "bias": b}, (x,)), ref)
+
+
+def _edge_index(spec: Spec, gen) -> torch.Tensor:
+    """spec.nnz random edges (repeats and self loops allowed) among spec.n nodes."""
+    return torch.randint(0, spec.n, (2, spec.nnz), generator=gen).to(spec.itype)
+
+
+def dense_gcn_adjacency(edge_index: torch.Tensor, n: int, w: torch.Tensor) -> torch.Tensor:
+    """D^-1/2 (A + I) D^-1/2, A[target, source] the summed weights; differentiable in w."""
+    A = torch.zeros(n, n, dtype=w.dtype).index_put((edge_index[1].long(), edge_index[0].long()), w, accumulate=True)
+    A = A + torch.eye(n, dtype=w.dtype)
+    d = A.sum(1).rsqrt()
+    return d[:, None] * A * d[None, :]
+
+
+def _make_gcn_norm(spec: Spec) -> Case:
+    """sparse_mm(gcn_norm(edge_index, n, edge_weight), B) (no n x n matrix, however many nodes)."""
+    gen = seeded("gcn_norm", spec)
+    ei = _edge_index(spec, gen)
+    w = torch.rand(spec.nnz, generator=gen, dtype=spec.dtype) + 0.5
+    B = dense_operand((spec.n, spec.p), spec.dtype, gen, spec.bmode)
+    import torchsparsegradutils.nn as tnn
+    return Case({"edge_weight": w, "B": B}, (ei,),
+                lambda w, B: tsgu.sparse_mm(tnn.gcn_norm(ei, spec.n, edge_weight=w, dtype=w.dtype), B),
+                lambda w, B: dense_gcn_adjacency(ei, spec.n, w) @ B)
+
+
+def _make_gcn_conv(spec: Spec) -> Case:
+    """GCNConv(m -> p) on spec.n nodes, its weight and bias the test's leaves."""
+    gen = seeded("GCNConv", spec)
+    ei = _edge_index(spec, gen)
+    import torchsparsegradutils.nn as tnn
+    conv = tnn.GCNConv(spec.m, spec.p).to(spec.dtype)
+    leaves = {"x": dense_operand((spec.n, spec.m), spec.dtype, gen, spec.bmode),
+              "weight": torch.randn(spec.p, spec.m, generator=gen, dtype=spec.dtype),
+              "bias": torch.randn(spec.p, generator=gen, dtype=spec.dtype)}
+
+    def ref(x, W, b):
+        return dense_gcn_adjacency(ei, spec.n, torch.ones(spec.nnz, dtype=x.dtype)) @ (x @ W.t()) + b
+    return Case(leaves, (ei,),
+                lambda x, W, b: torch.func.functional_call(conv, {"lin.weight": W, "bias": b}, (x, ei)), ref)
+
+
+GCN_MALFORMED = {
+    "node_id_negative": "torch.tensor([[0, -1], [1, 0]])",
+    "node_id_too_large": "torch.tensor([[0, 1], [3, 0]])",
+    "node_id_huge_int64": "torch.tensor([[0, 2**62], [1, 0]])",
+    "node_id_huge_int32": "torch.tensor([[0, 2**31 - 1], [1, 0]], dtype=torch.int32)",
+    "edge_index_1d": "torch.tensor([0, 1])",
+    "edge_index_3_rows": "torch.tensor([[0, 1], [1, 0], [0, 0]])",
+}
+
+
+def _gcn_malformed(call: str) -> Dict[str, str]:
+    return {name: _src(f"e = {src}", call) for name, src in GCN_MALFORMED.items()}
+
+
+def _make_mvn(spec: Spec) -> Case:
+    """log_prob of SparseMultivariateNormal in form spec.variant (bit 0: precision, bit 1:
+    LDL^T) against torch.distributions.MultivariateNormal of the dense factor."""
+    from torch.distributions import MultivariateNormal
+    precision, ldlt = bool(spec.variant & 1), bool(spec.variant & 2)
+    gen = seeded("SparseMultivariateNormal", spec)
+    n = spec.n
+    density = min(1.0, spec.nnz / max(1, n * n))
+    D = _squeeze(tri_dense(_batch(spec), n, False, ldlt, spec.dtype, gen, density), spec)
+    others = {"loc": torch.randn(_lead(spec) + (n,), generator=gen, dtype=spec.dtype),
+              "x": torch.randn(_lead(spec) + (n,), generator=gen, dtype=spec.dtype)}
+    if ldlt:
+        others["diagonal"] = torch.rand(_lead(spec) + (n,), generator=gen, dtype=spec.dtype) + 0.5
+    kw = "precision_tril" if precision else "scale_tril"
+    import torchsparsegradutils.distributions as tdist
+
+    def apply(F, loc, x, *diag):
+        return tdist.SparseMultivariateNormal(loc, *diag, **{kw: F}).log_prob(x)
+
+    def ref(Fd, loc, x, *diag):
+        L = Fd + torch.eye(n, dtype=Fd.dtype) if ldlt else Fd
+        if not precision:
+            return MultivariateNormal(loc, scale_tril=L * diag[0].sqrt().unsqueeze(-2) if ldlt else L).log_prob(x)
+        M = L @ ((diag[0].unsqueeze(-1) if ldlt else 1) * L.transpose(-1, -2))
+        return MultivariateNormal(loc, precision_matrix=M).log_prob(x)
+    return _sparse_case(spec, D, others, apply, ref)
+
+
+# encoder configurations by variant: (radius, volume_shape, diag, upper, relation) for sizes n, m
+ENCODER_VARIANTS = (
+    lambda n, m: (1.5, (2, n, m), True, None, "inter"),
+    lambda n, m: (1.0, (1, n * m), False, None, "indep"),
+    lambda n, m: (1.5, (3, n, m), True, False, "intra"),
+    lambda n, m: (2.0, (1, n, m), False, True, "indep"),
+)
+
+
+def _make_encoder(spec: Spec) -> Case:
+    """sparse_mm(PairwiseEncoder(...)(values), B) against the matrix built from
+    calc_pairwise_coo_indices_nd's pairs (the pattern found another way)."""
+    from torchsparsegradutils.encoders import PairwiseEncoder, calc_pairwise_coo_indices_nd
+    gen = seeded("PairwiseEncoder", spec)
+    args = ENCODER_VARIANTS[spec.variant](spec.n, spec.m)
+    csr = spec.layout == "csr"
+    enc = PairwiseEncoder(*args, layout=torch.sparse_csr if csr else torch.sparse_coo,
+                          indices_dtype=spec.itype if csr else torch.int64)
+    pairs = calc_pairwise_coo_indices_nd(*args)
+    assert list(pairs) == enc.offsets
+    V = enc.volume_numel
+    leaves = {"values": torch.randn(_lead(spec) + (len(enc.offsets),) + args[1], generator=gen, dtype=spec.dtype),
+              "B": dense_operand(_lead(spec) + (V, spec.p), spec.dtype, gen, spec.bmode)}
+
+    def ref(values, B):
+        flat = values.reshape(*_lead(spec), len(pairs), V)
+        M = values.new_zeros(*_lead(spec), V, V)
+        for k, (rows, cols) in enumerate(pairs.values()):
+            M[..., rows, cols] = flat[..., k, rows]
+        return M @ B
+    return Case(leaves, (), lambda values, B: tsgu.sparse_mm(enc(values), B), ref)
+
+
+_ENC = "enc = tsgu.encoders.PairwiseEncoder(1.5, (2, 3, 3))\nv = torch.randn(len(enc.offsets), 2, 3, 3)"
+ENCODER_MALFORMED = {
+    "values_wrong_offsets": _src(_ENC, "enc(v[1:])"),
+    "values_wrong_volume": _src(_ENC, "enc(v[..., 1:])"),
+    "values_too_many_dims": _src(_ENC, "enc(v[None, None])"),
+    "values_not_a_tensor": _src(_ENC, "enc(v.tolist())"),
+    "volume_shape_negative": _src("", "tsgu.encoders.PairwiseEncoder(1.0, (1, -3))"),
+    "volume_shape_1d": _src("", "tsgu.encoders.PairwiseEncoder(1.0, (4,))"),
+    "radius_below_one": _src("", "tsgu.encoders.PairwiseEncoder(0.5, (1, 3))"),
+    "relation_unknown": _src("", "tsgu.encoders.PairwiseEncoder(1.0, (2, 3), channel_voxel_relation='x')"),
+    "layout_strided": _src("", "tsgu.encoders.PairwiseEncoder(1.0, (1, 3), layout=torch.strided)"),
+}
+
+
+# the custom operators, called directly on a pattern's arrays (as a compiled program passes them)
+def _op_components(spec: Spec, D: torch.Tensor):
+    """(pattern args (ptr, col, rows=None, shape), leaf values in its order, dense(v))."""
+    S, values, dense = _components(spec, D)
+    return (S.crow_indices, S.col_indices, None, list(S.size)), values, dense
+
+
+def _op_sparse_case(spec: Spec, D: torch.Tensor, others, apply, ref) -> Case:
+    """A Case of a custom op on A's pattern: apply(pattern, v, *others), ref(dense(v), *others)."""
+    pattern, values, dense = _op_components(spec, D)
+    return Case({"values": values, **others}, pattern[:2], lambda v, *rest: apply(pattern, v, *rest),
+                lambda v, *rest: ref(dense(v), *rest))
+
+
+def _random_sparse(spec: Spec, name: str):
+    gen = seeded(name, spec)
+    return gen, _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+
+
+def _make_op_spmm(spec: Spec) -> Case:
+    gen, D = _random_sparse(spec, "tsgu::spmm")
+    X = dense_operand(_lead(spec) + (spec.m, spec.p), spec.dtype, gen, spec.bmode)
+    return _op_sparse_case(spec, D, {"X": X}, lambda pat, v, X: torch.ops.tsgu.spmm(*pat, v, X), lambda Dv, X: Dv @ X)
+
+
+def _make_op_spmm_t(spec: Spec) -> Case:
+    gen, D = _random_sparse(spec, "tsgu::spmm_t")
+    Y = dense_operand(_lead(spec) + (spec.n, spec.p), spec.dtype, gen, spec.bmode)
+    return _op_sparse_case(spec, D, {"Y": Y}, lambda pat, v, Y: torch.ops.tsgu.spmm_t(*pat, v, Y),
+                           lambda Dv, Y: Dv.transpose(-2, -1) @ Y)
+
+
+def _make_op_sddmm(spec: Spec) -> Case:
+    gen, D = _random_sparse(spec, "tsgu::sddmm")
+    pattern, _, _ = _op_components(spec, D)
+    rows, cols = compressed_positions(pattern[0], pattern[1])
+    U = dense_operand(_lead(spec) + (spec.n, spec.p), spec.dtype, gen, spec.bmode)
+    V = dense_operand(_lead(spec) + (spec.m, spec.p), spec.dtype, gen, spec.bmode)
+
+    def ref(U, V):
+        return (U @ V.transpose(-2, -1)).reshape(-1, spec.m)[rows, cols].reshape(pattern[1].shape)
+    return Case({"U": U, "V": V}, pattern[:2], lambda U, V: torch.ops.tsgu.sddmm(*pattern, U, V), ref)
+
+
+def _make_op_trisolve(spec: Spec) -> Case:
+    gen = seeded("tsgu::trisolve", spec)
+    upper, unit, transpose = tri_options(spec.variant, spec.layout)
+    density = min(1.0, spec.nnz / max(1, spec.n * spec.n))
+    D = _squeeze(tri_dense(_batch(spec), spec.n, upper, unit, spec.dtype, gen, density), spec)
+    B = dense_operand(_lead(spec) + (spec.n, spec.p), spec.dtype, gen, spec.bmode)
+    return _op_sparse_case(spec, D, {"B": B},
+                           lambda pat, v, B: torch.ops.tsgu.trisolve(*pat, v, B, upper, unit, transpose),
+                           lambda Dv, B: dense_trisolve(Dv, B, upper, unit, transpose))
+
+
+LSE_MODES = ("rows", "cols", "all", "both")
+
+
+def _make_op_lse(spec: Spec) -> Case:
+    """tsgu::lse in mode spec.variant % 4, absent entries zeros for variants < 4; the output
+    always has a batch axis, and "both" pads the shorter result with -inf."""
+    gen, D = _random_sparse(spec, "tsgu::lse")
+    mode, zeros = LSE_MODES[spec.variant % 4], spec.variant < 4
+    pattern, values, dense = _op_components(spec, D)
+    stored = dense(torch.ones(values.shape, dtype=torch.float64)) > 0
+
+    def ref(v):
+        X, P = dense(v), stored
+        if X.dim() == 2:
+            X, P = X.unsqueeze(0), P.unsqueeze(0)
+        if not zeros:
+            X = torch.where(P, X, torch.full_like(X, float("-inf")))
+        if mode != "both":
+            return torch.logsumexp(X, {"rows": 2, "cols": 1, "all": (1, 2)}[mode])
+        cols, rows = torch.logsumexp(X, 1), torch.logsumexp(X, 2)
+        width = max(X.shape[1:])
+        return torch.stack([torch.nn.functional.pad(t, (0, width - t.shape[-1]), value=float("-inf"))
+                            for t in (cols, rows)])
+    return Case({"values": values}, pattern[:2],
+                lambda v: torch.ops.tsgu.lse(pattern[0], pattern[1], pattern[3], v, mode, zeros), ref)
+
+
+def _grouping(spec: Spec, gen, R: int):
+    """(off, perm, relation of each row) of spec.n rows in R groups: by relation
+    indices (variant 0; perm an argsort) or consecutive segments (variant 1; perm None)."""
+    if spec.variant == 0:
+        rel = torch.randint(0, R, (spec.n,), generator=gen)
+        perm = torch.argsort(rel, stable=True)
+    else:
+        rel, perm = torch.sort(torch.randint(0, R, (spec.n,), generator=gen)).values, None
+    off = torch.zeros(R + 1, dtype=torch.int64)
+    off[1:] = torch.bincount(rel, minlength=R).cumsum(0)
+    return off, perm, rel
+
+
+def _make_op_grouped_mm(spec: Spec) -> Case:
+    gen = seeded("tsgu::grouped_mm", spec)
+    off, perm, rel = _grouping(spec, gen, 3)
+    a = dense_operand((spec.n, spec.m), spec.dtype, gen, spec.bmode)
+    M = torch.randn(3, spec.m, spec.p, generator=gen, dtype=spec.dtype)
+    return Case({"a": a, "M": M}, tuple(t for t in (off, perm) if t is not None),
+                lambda a, M: torch.ops.tsgu.grouped_mm(off, perm, a, M),
+                lambda a, M: (a.unsqueeze(1) @ M[rel]).squeeze(1))
+
+
+def _make_op_grouped_mm_tn(spec: Spec) -> Case:
+    gen = seeded("tsgu::grouped_mm_tn", spec)
+    off, perm, rel = _grouping(spec, gen, 3)
+    a = dense_operand((spec.n, spec.m), spec.dtype, gen, spec.bmode)
+    G = torch.randn(spec.n, spec.p, generator=gen, dtype=spec.dtype)
+    return Case({"a": a, "G": G}, tuple(t for t in (off, perm) if t is not None),
+                lambda a, G: torch.ops.tsgu.grouped_mm_tn(off, perm, a, G),
+                lambda a, G: torch.zeros(3, spec.m, spec.p, dtype=a.dtype).index_add(
+                    0, rel, a.unsqueeze(2) * G.unsqueeze(1)))
+
+
+def _op_src(call: str, setup: str = _OK_CSR) -> str:
+    return _src(setup + "\nt = torch.ops.tsgu\nL = torch.zeros(1, 2)", call)
+
+
+# direct calls with a bad argument the public functions never pass (their own checks)
+CUSTOM_OP_MALFORMED = {
+    "spmm_size_4d": _op_src("t.spmm(crow, col, None, [1, 1, 2, 3], v, torch.ones(3, 1))"),
+    "spmm_size_1d": _op_src("t.spmm(crow, col, None, [3], v, torch.ones(3, 1))"),
+    "spmm_values_2d": _op_src("t.spmm(crow, col, None, [2, 3], v[None], torch.ones(3, 1))"),
+    "spmm_values_too_few": _op_src("t.spmm(crow, col, None, [2, 3], v[:1], torch.ones(3, 1))"),
+    "spmm_crow_too_long": _op_src("t.spmm(torch.tensor([0, 1, 2, 2]), col, None, [2, 3], v, torch.ones(3, 1))"),
+    "spmm_rows_wrong_length": _op_src("t.spmm(crow, col, torch.tensor([0, 1, 2]), [2, 3], v, torch.ones(6, 1))"),
+    "spmm_t_size_4d": _op_src("t.spmm_t(crow, col, None, [1, 1, 2, 3], v, torch.ones(2, 1))"),
+    "sddmm_size_4d": _op_src("t.sddmm(crow, col, None, [1, 1, 2, 3], torch.ones(2, 1), torch.ones(3, 1))"),
+    "trisolve_values_2d": _op_src("t.trisolve(crow, col, None, [2, 2], v[None], torch.ones(2, 1), False, False, "
+                                  "False)", "crow, col, v = torch.tensor([0, 1, 2]), torch.tensor([0, 1]), "
+                                            "torch.ones(2)"),
+    "lse_mode_unknown": _op_src("t.lse(crow, col, [2, 3], v, 'row', True)"),
+    "lse_grad_mode_unknown": _op_src("t.lse_grad(crow, col, [2, 3], v, L, L, 'row')"),
+    "lse_wsum_mode_unknown": _op_src("t.lse_wsum(crow, col, [2, 3], v, L, v, 'row')"),
+    "lse_size_4d": _op_src("t.lse(crow, col, [1, 1, 2, 3], v, 'rows', True)"),
+    "lse_grad_values_2d": _op_src("t.lse_grad(crow, col, [2, 3], v[None], L, L, 'rows')"),
+}
+_GROUPS = "a, M, G = torch.randn(4, 3), torch.randn(2, 3, 5), torch.randn(4, 5)\nt = torch.ops.tsgu"
+GROUPED_MALFORMED = {
+    "perm_all_zeros": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 4]), torch.zeros(4, dtype=torch.int64), a, M)"),
+    "perm_repeated": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 4]), torch.tensor([0, 1, 1, 3]), a, M)"),
+    "perm_too_large": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 4]), torch.tensor([0, 1, 2, 4]), a, M)"),
+    "perm_negative": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 4]), torch.tensor([0, -1, 2, 3]), a, M)"),
+    "perm_short": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 4]), torch.tensor([0, 1, 2]), a, M)"),
+    "off_decreasing": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 3, 2]), None, a, M)"),
+    "off_not_ending_at_rows": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 5]), None, a, M)"),
+    "off_more_groups_than_M": _src(_GROUPS, "t.grouped_mm(torch.tensor([0, 1, 2, 4]), None, a, M)"),
+    "tn_perm_all_zeros": _src(_GROUPS, "t.grouped_mm_tn(torch.tensor([0, 1, 4]), torch.zeros(4, dtype=torch.int64), "
+                                       "a, G)"),
+    "tn_off_negative": _src(_GROUPS, "t.grouped_mm_tn(torch.tensor([0, -1, 4]), None, a, G)"),
+    "group_rows_idx_too_large": _src(_GROUPS, "t.group_rows(torch.tensor([0, 2, 1]), 2)"),
+    "group_rows_idx_negative": _src(_GROUPS, "t.group_rows(torch.tensor([0, -1, 1]), 2)"),
+}
+
+
+def _op_call(op: str, rest: str) -> str:
+    """The malformed_call of a custom op on a CSR A of MALFORMED (a COO index array is no
+    argument of theirs)."""
+    return f"torch.ops.tsgu.{op}(A.crow_indices(), A.col_indices(), None, list(A.shape), {rest})"
+
+
 # Malformed sparse structure, as sources of square (3, 3) or (2, 3, 3) matrices, so
 # every sparse op can be given each one.  Every case must end in ValueError.
 def _csr_src(crow, col, size=(3, 3), itype="torch.int64"):
@@ -626,6 +1036,63 @@ OPS = [
                           "call = lambda: segment_mm(a, b, s)",
        }, malformed_match="",
        large=Spec(n=20000, m=32, p=32), sparse_input=False),
+    # ---- the newer surfaces
+    Op("SparseCSR", _make_sparse_csr_mm, must_raise=("values", "B"), dtypes=tuple(FLOAT_TOL) + HALF_DTYPES,
+       tol={**FLOAT_TOL, **HALF_TOL}, malformed=SPARSE_CSR_MALFORMED, malformed_match="",
+       malformed_call=f"sparse_mm({_SPARSE_CSR_OF_A}, torch.ones(*A.shape[:-2], A.shape[-1], 2))",
+       large=Spec(batched=True, n=700, m=600, p=24, nnz=12000, dtype=torch.float32, itype=torch.int32),
+       sparse_input=False, own_kernels=False),
+    Op("SparseCSR.to_torch", _make_to_torch, must_raise=("values", "B"), malformed=TO_TORCH_MALFORMED,
+       malformed_match="", malformed_call=f"{_SPARSE_CSR_OF_A}.to_torch()", dtype_error=None,
+       large=Spec(batched=True, n=300, m=300, nnz=4000), sparse_input=False, own_kernels=False),
+    Op("nn.SparseLinear", _make_sparse_linear, batched=True, must_raise=("values", "x"),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
+       malformed_call="tsgu.nn.SparseLinear(A.shape[-1], A.shape[-2], pattern=A)", malformed_match="",
+       large=Spec(n=600, m=700, p=64, nnz=30000, dtype=torch.float32, itype=torch.int32), sparse_input=False,
+       own_kernels=False),
+    Op("nn.gcn_norm", _make_gcn_norm, layouts=("dense",), batched=False, must_raise=(),
+       malformed=_gcn_malformed("tsgu.nn.gcn_norm(e, 3)"), malformed_match="", dtype_error=None,
+       large=Spec(n=20000, nnz=400000), sparse_input=False, own_kernels=False),
+    Op("nn.GCNConv", _make_gcn_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
+       malformed=_gcn_malformed("tsgu.nn.GCNConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
+       dtype_error=None,
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+    Op("distributions.SparseMultivariateNormal", _make_mvn, layouts=FULL_RANK_LAYOUTS, must_raise=(),
+       malformed_call="tsgu.distributions.SparseMultivariateNormal(torch.zeros(A.shape[:-1]), scale_tril=A, "
+                      "validate_args=False).log_prob(torch.zeros(A.shape[:-1]))",
+       large=Spec(batched=True, n=300, nnz=6000), variants=4, own_kernels=False),
+    Op("encoders.PairwiseEncoder", _make_encoder, layouts=("coo", "csr"), must_raise=("B",),
+       malformed=ENCODER_MALFORMED, malformed_match="",
+       dtype_error=(ValueError, "must be either torch.float32 or torch.float64"),
+       large=Spec(layout="csr", batched=True, n=60, m=60, p=16), variants=len(ENCODER_VARIANTS), sparse_input=False,
+       own_kernels=False),
+    Op("torch.ops.tsgu.spmm", _make_op_spmm, must_raise=("values", "X"), malformed=CUSTOM_OP_MALFORMED,
+       malformed_match="", malformed_call=_op_call("spmm", "A.values(), torch.ones(*A.shape[:-2], A.shape[-1], 2)"),
+       malformed_layouts=("csr",), dtype_error=None,
+       large=Spec(batched=True, n=700, m=600, p=24, nnz=12000, dtype=torch.float32, itype=torch.int32),
+       sparse_input=False, own_kernels=False),
+    Op("torch.ops.tsgu.spmm_t", _make_op_spmm_t, must_raise=("values", "Y"),
+       malformed_call=_op_call("spmm_t", "A.values(), torch.ones(*A.shape[:-1], 2)"), malformed_layouts=("csr",),
+       dtype_error=None, large=Spec(batched=True, n=700, m=600, p=24, nnz=12000), sparse_input=False,
+       own_kernels=False),
+    Op("torch.ops.tsgu.sddmm", _make_op_sddmm, must_raise=("U", "V"),
+       malformed_call=_op_call("sddmm", "torch.ones(*A.shape[:-1], 2), torch.ones(*A.shape[:-2], A.shape[-1], 2)"),
+       malformed_layouts=("csr",), dtype_error=None,
+       large=Spec(batched=True, n=700, m=600, p=24, nnz=12000), sparse_input=False, own_kernels=False),
+    Op("torch.ops.tsgu.trisolve", _make_op_trisolve, layouts=FULL_RANK_LAYOUTS, must_raise=("values",),
+       malformed_call=_op_call("trisolve", "A.values(), torch.ones(*A.shape[:-1], 1), True, False, False"),
+       malformed_layouts=("csr",), dtype_error=None, large=Spec(batched=True, n=300, p=6, nnz=4000), variants=8,
+       sparse_input=False, own_kernels=False),
+    Op("torch.ops.tsgu.lse", _make_op_lse, must_raise=("values",),
+       malformed_call="torch.ops.tsgu.lse(A.crow_indices(), A.col_indices(), list(A.shape), A.values(), 'rows', True)",
+       malformed_layouts=("csr",), dtype_error=None, large=Spec(batched=True, n=1000, m=800, nnz=300000),
+       variants=8, sparse_input=False, own_kernels=False),
+    Op("torch.ops.tsgu.grouped_mm", _make_op_grouped_mm, layouts=("dense",), batched=False, itypes=(torch.int64,),
+       must_raise=("a", "M"), malformed=GROUPED_MALFORMED, malformed_match="", dtype_error=None,
+       large=Spec(n=20000, m=32, p=32), variants=2, sparse_input=False, own_kernels=False),
+    Op("torch.ops.tsgu.grouped_mm_tn", _make_op_grouped_mm_tn, layouts=("dense",), batched=False,
+       itypes=(torch.int64,), must_raise=("a", "G"), dtype_error=None, large=Spec(n=20000, m=32, p=32), variants=2,
+       sparse_input=False, own_kernels=False),
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}
 
@@ -634,8 +1101,9 @@ def malformed_cases(op: Op) -> Dict[str, str]:
     """name -> child source (defining `inputs` and `call`) of every bad-input case of op."""
     cases = dict(op.malformed)
     if op.malformed_call:
+        layouts = op.malformed_layouts or op.layouts
         for name, src in MALFORMED.items():
-            if (name in MALFORMED_BATCHED and not op.batched) or name.split("_")[0] not in op.layouts:
+            if (name in MALFORMED_BATCHED and not op.batched) or name.split("_")[0] not in layouts:
                 continue
             cases[name] = f"A = {src}\ninputs = [A]\ncall = lambda: {op.malformed_call}"
     return cases
@@ -661,6 +1129,7 @@ CHILD_PRELUDE = """
 import warnings, torch
 warnings.simplefilter("ignore")
 import torchsparsegradutils as tsgu
+import torchsparsegradutils.distributions, torchsparsegradutils.encoders, torchsparsegradutils.nn
 from torchsparsegradutils import *
 """
 

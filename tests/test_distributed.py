@@ -2,7 +2,9 @@
 GCNConv under DistributedDataParallel (gloo, 2 processes on the loopback address) ends
 with the parameters of one process training on the whole batch."""
 import datetime
+import faulthandler
 import os
+import signal
 import socket
 import time
 
@@ -14,6 +16,8 @@ import torch.multiprocessing as mp
 from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_norm
 
 STEPS, N, F = 4, 40, 6
+COLLECTIVE_TIMEOUT_S = 30     # a gloo collective waiting longer raises in the worker
+PAIR_TIMEOUT_S = 90           # the pair takes 5-20 s on the 2-core machine
 
 
 class _Model(torch.nn.Module):
@@ -47,16 +51,26 @@ def _train(model, step_loss):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _worker(rank, port, out):
+def _worker(rank, port, workdir):
+    faulthandler.register(signal.SIGUSR1, file=open(os.path.join(workdir, f"stacks{rank}.txt"), "w"),
+                          all_threads=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
     try:
         x, A, y = _data()
         ddp = torch.nn.parallel.DistributedDataParallel(_Model())
         nodes = torch.arange(N).reshape(2, -1)[rank]                  # each rank: half the labelled nodes
         params = _train(ddp, lambda m: _loss(m, x, A, y, nodes))
+        # DDP goes before its process group. Left alive, its Reducer would hold the group's
+        # last reference, and freeing it (with the GIL held) runs ~ProcessGroupGloo, which
+        # joins gloo's worker threads; one of them may still be freeing the last all-reduce,
+        # whose captured thread-local state holds the contextvars.Context that backward()
+        # stashes (torch 2.13), and that needs the GIL: a deadlock. destroy_process_group
+        # drops the group's last reference with the GIL released.
+        del ddp
         if rank == 0:
-            torch.save(params, out)
+            torch.save(params, os.path.join(workdir, "params.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -69,24 +83,21 @@ def _free_port() -> int:
 
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
 def test_ddp_matches_one_process(tmp_path):
-    out = tmp_path / "params.pt"
-    # The two workers finish in about 5 s, but on the 2-core CI machine they sometimes
-    # never do (seen since 2f072cc, cause not found yet): a hung pair is killed and the
-    # run tried once more, on a fresh port
-    for attempt in range(2):
-        ctx = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=2, join=False,
-                                 start_method="spawn")
-        deadline = time.monotonic() + 60
-        while not ctx.join(timeout=5) and time.monotonic() < deadline:
-            pass
-        if all(not p.is_alive() for p in ctx.processes):
-            break
-        for p in ctx.processes:
-            p.kill()
-    else:
-        pytest.fail("the DDP workers did not finish within 60 s, twice")
+    ctx = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + PAIR_TIMEOUT_S
+    while not ctx.join(timeout=1):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGUSR1)                    # each worker dumps its threads' stacks
+            time.sleep(2)
+            for p in ctx.processes:
+                p.kill()
+            stacks = [tmp_path / f"stacks{rank}.txt" for rank in range(2)]
+            dumps = "\n".join(f"rank {r}:\n{f.read_text() if f.exists() else '(none)'}" for r, f in enumerate(stacks))
+            pytest.fail(f"the DDP workers did not finish within {PAIR_TIMEOUT_S} s; their stacks:\n{dumps}")
     x, A, y = _data()
     halves = torch.arange(N).reshape(2, -1)
     single = _train(_Model(), lambda m: (_loss(m, x, A, y, halves[0]) + _loss(m, x, A, y, halves[1])) / 2)
-    for p_ddp, p_one in zip(torch.load(out), single):
+    for p_ddp, p_one in zip(torch.load(tmp_path / "params.pt"), single):
         torch.testing.assert_close(p_ddp, p_one, rtol=1e-5, atol=1e-6)

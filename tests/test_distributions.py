@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.distributions import MultivariateNormal
 
-from torchsparsegradutils import sparse_mm
+from torchsparsegradutils import sparse_csr_tensor, sparse_mm
 from torchsparsegradutils.distributions import SparseMultivariateNormal, SparseMultivariateNormalNative
 from torchsparsegradutils.distributions.sparse_multivariate_normal import _batch_sparse_mv
 from torchsparsegradutils.utils import rand_sparse_tri
@@ -138,10 +138,13 @@ def test_native_matches_dense():
 
 
 @pytest.mark.parametrize("bmat,bvec", [((3, 3), (3,)), ((3, 3), (5, 3)), ((3, 3), (2, 5, 3)),
-                                       ((4, 3, 3), (4, 3)), ((4, 3, 3), (5, 4, 3)), ((4, 3, 3), (2, 5, 4, 3))])
+                                       ((4, 3, 3), (4, 3)), ((4, 3, 3), (5, 4, 3)), ((4, 3, 3), (2, 5, 4, 3)),
+                                       ((1, 3, 3), (3,)), ((1, 3, 3), (5, 4, 3))])
 def test_batch_sparse_mv_against_dense(bmat, bvec):
+    """A batch of one item meets every vector, whatever their batch shape (as A[0])."""
     A, v = torch.randn(bmat, dtype=torch.float64), torch.randn(bvec, dtype=torch.float64)
-    torch.testing.assert_close(_batch_sparse_mv(sparse_mm, A.to_sparse(), v), (A @ v.unsqueeze(-1)).squeeze(-1))
+    ref = (A[0] if bmat[0] == 1 else A) @ v.unsqueeze(-1)
+    torch.testing.assert_close(_batch_sparse_mv(sparse_mm, A.to_sparse(), v), ref.squeeze(-1))
 
 
 def test_errors():
@@ -166,17 +169,15 @@ def test_errors():
     with pytest.raises(ValueError, match="1 batch dimension"):
         SparseMultivariateNormal(torch.zeros(2, 2, 3), scale_tril=L)
     with pytest.raises(ValueError, match="Invalid dimensions"):
-        _batch_sparse_mv(sparse_mm, torch.eye(3).to_sparse().unsqueeze(0).coalesce(), torch.ones(3))
+        _batch_sparse_mv(sparse_mm, torch.eye(3).expand(2, 3, 3).to_sparse(), torch.ones(3))
     with pytest.raises(ValueError, match="scale_tril must be sparse CSR"):
         SparseMultivariateNormalNative(loc, L)
-    # LDL^T precision: the unit diagonal is implicit, a stored one is refused by the solve
-    with pytest.raises(ValueError, match="unitriangular"):
-        SparseMultivariateNormal(loc, torch.ones(3, dtype=torch.float64), precision_tril=L).rsample()
 
 
 def test_ldlt_covariance_with_a_stored_diagonal():
     """As in the release, a diagonal stored in the LDL^T covariance factor adds to the unit one
-    (L = I + F) for sampling and moments; the solve of log_prob refuses it."""
+    (L = I + F) for sampling and moments, and so for the entropy (which once ignored it);
+    the solve of log_prob refuses it."""
     torch.manual_seed(0)
     F = rand_sparse_tri((5, 5), 9, upper=False, values_dtype=torch.float64, value_range=(-0.5, 0.5))
     D = torch.rand(5, dtype=torch.float64) + 0.5
@@ -192,3 +193,158 @@ def test_ldlt_covariance_with_a_stored_diagonal():
     torch.testing.assert_close(x, (torch.randn(3, 5, dtype=torch.float64) * D.sqrt()) @ L.T)
     with pytest.raises(ValueError, match="unitriangular"):
         dist.log_prob(x)
+    torch.testing.assert_close(dist.entropy(), MultivariateNormal(loc, covariance_matrix=S).entropy())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["COO", "CSR"])
+def test_ldlt_precision_with_a_stored_diagonal_is_refused(layout):
+    """Its log_prob and entropy once returned values of neither reading (exp(log_prob)
+    integrated to 0.5 for the issue's 1-D case) while rsample and variance refused it."""
+    F = torch.tensor([[1.0]]).to_sparse() if layout == torch.sparse_coo else torch.tensor([[1.0]]).to_sparse_csr()
+    with pytest.raises(ValueError, match="must not store diagonal entries"):
+        SparseMultivariateNormal(torch.zeros(1), diagonal=torch.ones(1), precision_tril=F)
+    F = torch.tensor([[0.0, 0.0], [0.5, 0.0]])      # a strictly lower one is the form's factor
+    SparseMultivariateNormal(torch.zeros(2), diagonal=torch.ones(2), precision_tril=F.to_sparse())
+
+
+# ------------------------------------------- the grid: every form x batch shape against MultivariateNormal
+BATCHES = [(), (1,), (3,)]
+
+
+def _grid_operands(param, layout, loc_b, diag_b, f_b, n=4):
+    """loc, D (LDL^T only), the sparse factor F (one pattern for all items: batched CSR
+    needs equal nnz) and its dense matrix L (with the unit diagonal for LDL^T)."""
+    g = torch.Generator().manual_seed(11)
+    ldlt = param == "ldlt"
+    mask = torch.tril(torch.rand(n, n, generator=g) < 0.6, -1)
+    vals = torch.rand(*f_b, n, n, generator=g, dtype=torch.float64) - 0.5
+    Fd = vals * mask
+    if not ldlt:
+        Fd = Fd + torch.diag_embed(1 + torch.rand(*f_b, n, generator=g, dtype=torch.float64))
+    F = Fd.to_sparse() if layout == torch.sparse_coo else Fd.to_sparse_csr()
+    loc = torch.randn(*loc_b, n, generator=g, dtype=torch.float64)
+    D = torch.rand(*diag_b, n, generator=g, dtype=torch.float64) + 0.5 if ldlt else None
+    return loc, D, F, Fd + (torch.eye(n, dtype=torch.float64) if ldlt else 0)
+
+
+def _reference(form, loc, D, L):
+    """MultivariateNormal of the same parameters, from dense matrices (differentiable)."""
+    if form == "cov":
+        return MultivariateNormal(loc, scale_tril=L if D is None else L * D.sqrt().unsqueeze(-2))
+    M = L @ ((D.unsqueeze(-1) if D is not None else 1) * L.transpose(-1, -2))
+    return MultivariateNormal(loc, precision_matrix=M)
+
+
+GRID = [pytest.param(form, param, layout, loc_b, diag_b, f_b,
+                     id=f"{form}-{param}-{'coo' if layout == torch.sparse_coo else 'csr'}-loc{loc_b}-D{diag_b}-F{f_b}")
+        for form, param in FORMS for layout in LAYOUTS for loc_b in BATCHES for f_b in BATCHES
+        for diag_b in (BATCHES if param == "ldlt" else [None])]
+
+
+@pytest.mark.parametrize("form,param,layout,loc_b,diag_b,f_b", GRID)
+def test_agrees_with_multivariate_normal_on_every_form_and_batch_shape(form, param, layout, loc_b, diag_b, f_b):
+    """Shapes, moments, log_prob (batched and broadcast values), entropy, dense matrices,
+    the sample for a fixed seed, and the gradients of log_prob + entropy w.r.t. loc, D
+    and the factor (a leaf sparse tensor, batched CSR too) against torch.distributions."""
+    loc, D, F, L = _grid_operands(param, layout, loc_b, diag_b, f_b)
+    kw = {"scale_tril" if form == "cov" else "precision_tril": F}
+    dist, ref = SparseMultivariateNormal(loc, D, **kw), _reference(form, loc, D, L)
+    assert dist.batch_shape == ref.batch_shape and dist.event_shape == ref.event_shape
+    x = ref.sample((2,))
+    for value in (x, x[0], x.reshape(-1, 4)[0]):
+        torch.testing.assert_close(dist.log_prob(value), ref.log_prob(value))
+    for name in ("mean", "variance", "covariance_matrix", "precision_matrix"):
+        torch.testing.assert_close(getattr(dist, name), getattr(ref, name), msg=name)
+    torch.testing.assert_close(dist.entropy(), ref.entropy())
+    # the sample: loc + L (D^1/2) eps for the covariance forms (MultivariateNormal's own
+    # draw), loc + L^-T (D^-1/2) eps for the precision forms
+    torch.manual_seed(4)
+    s = dist.rsample((2,))
+    torch.manual_seed(4)
+    if form == "cov":
+        torch.testing.assert_close(s, ref.rsample((2,)))
+    else:
+        eps = torch.randn(s.shape, dtype=torch.float64)
+        Lt_r = ((s - loc).unsqueeze(-2) @ L).squeeze(-2)
+        torch.testing.assert_close(Lt_r * (D.sqrt() if D is not None else 1), eps)
+
+    leaf = (F.coalesce() if layout == torch.sparse_coo else F).detach().requires_grad_()
+    loc1, D1 = loc.clone().requires_grad_(), D.clone().requires_grad_() if D is not None else None
+    d = SparseMultivariateNormal(loc1, D1, **{next(iter(kw)): leaf})
+    if layout == torch.sparse_csr and f_b and param == "llt":
+        # the factor on two paths of one graph (the entropy of LL^T reads its diagonal):
+        # PyTorch cannot add batched CSR gradients, the README's clear error; separate
+        # backward passes accumulate
+        with pytest.raises(RuntimeError, match="batched CSR tensor used more than once in one graph"):
+            (d.log_prob(x).sum() + d.entropy().sum()).backward()
+        leaf.grad = loc1.grad = None
+        d.log_prob(x).sum().backward()
+        d.entropy().sum().backward()
+    else:
+        (d.log_prob(x).sum() + d.entropy().sum()).backward()
+    loc2, D2 = loc.clone().requires_grad_(), D.clone().requires_grad_() if D is not None else None
+    Ld = L.clone().requires_grad_()
+    r = _reference(form, loc2, D2, Ld)
+    (r.log_prob(x).sum() + r.entropy().sum()).backward()
+    torch.testing.assert_close(loc1.grad, loc2.grad)
+    if D is not None:
+        torch.testing.assert_close(D1.grad, D2.grad)
+    assert leaf.grad.layout == layout
+    stored = leaf.detach().to_dense() != 0
+    torch.testing.assert_close(leaf.grad.to_dense(), Ld.grad * stored)
+
+
+def test_variance_with_a_batch_of_diagonals_and_one_factor():
+    """loc (n,), diagonal (B, n), a strictly lower scale_tril (n, n): variance once raised
+    in expand() while log_prob, entropy and rsample worked."""
+    loc, D, F, L = _grid_operands("ldlt", torch.sparse_coo, (), (3,), ())
+    dist = SparseMultivariateNormal(loc, D, scale_tril=F)
+    torch.testing.assert_close(dist.variance, _reference("cov", loc, D, L).variance)
+
+
+def test_factor_batch_of_one_broadcasts_against_a_batch_of_locs():
+    """loc (3, n), scale_tril (1, n, n): batch_shape (3,), and log_prob once raised
+    "Invalid dimensions for bmat and bvec"."""
+    loc, _, F, L = _grid_operands("llt", torch.sparse_csr, (3,), None, (1,))
+    dist, ref = SparseMultivariateNormal(loc, scale_tril=F), _reference("cov", loc, None, L)
+    x = ref.sample((2,))
+    assert dist.batch_shape == (3,)
+    torch.testing.assert_close(dist.log_prob(x), ref.log_prob(x))
+
+
+def test_batched_csr_factor_on_two_paths_of_one_graph_raises_the_clear_error():
+    """(log_prob + entropy).backward() with a batched CSR factor once stored a malformed
+    gradient (or failed inside autograd with a shape error)."""
+    loc, _, F, _ = _grid_operands("llt", torch.sparse_csr, (3,), None, (3,))
+    F.requires_grad_()
+    dist = SparseMultivariateNormal(loc, scale_tril=F)
+    with pytest.raises(RuntimeError, match="used more than once in one graph"):
+        (dist.log_prob(torch.zeros(3, 4, dtype=torch.float64)).sum() + dist.entropy().sum()).backward()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=["COO", "CSR"])
+def test_inplace_edit_of_the_factor_values_between_log_prob_and_backward(layout):
+    """The factor rebuilt on F.values() (an alias with a version counter of its own) once
+    hid the edit: the gradient was computed from the edited values.  Now the edit raises,
+    or (where the tensor F was built from cannot be found) cannot reach the backward."""
+    loc, _, F, _ = _grid_operands("llt", layout, (), None, ())
+    v = F.values().clone().requires_grad_()
+
+    def log_prob_and_grad(edit):
+        w = v.detach().clone().requires_grad_()
+        Fw = (torch.sparse_coo_tensor(F.indices(), w, F.shape, is_coalesced=True) if layout == torch.sparse_coo
+              else sparse_csr_tensor(F.crow_indices(), F.col_indices(), w, F.shape))
+        lp = SparseMultivariateNormal(loc, scale_tril=Fw).log_prob(torch.ones(4, dtype=torch.float64))
+        if edit:
+            with torch.no_grad():
+                w.mul_(3)
+        lp.backward()
+        return w.grad
+
+    clean = log_prob_and_grad(False)
+    try:
+        edited = log_prob_and_grad(True)
+    except RuntimeError as e:
+        assert "modified by an inplace operation" in str(e)
+    else:
+        torch.testing.assert_close(edited, clean)

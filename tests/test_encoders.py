@@ -64,13 +64,32 @@ def test_gradient_w_r_t_values(layout):
     G = torch.randn(enc.volume_numel, enc.volume_numel, dtype=torch.float64)
     out = enc(values)
     assert out.layout == layout
-    if layout == torch.sparse_coo:   # built through CSR when differentiable: the same tensor as without grad
+    if layout == torch.sparse_coo:   # differentiable: the same tensor as without grad
         assert out.is_coalesced() and torch.equal(out.indices(), enc.indices)
         torch.testing.assert_close(out.values(), enc(values.detach()).values())
     (out.to_sparse_coo() * G).sum().backward() if layout == torch.sparse_csr else torch.sparse.sum(out * G).backward()
     vd = values.detach().clone().requires_grad_()
     (dense_reference(vd, enc.offsets, shape) * G).sum().backward()
     torch.testing.assert_close(values.grad, vd.grad)
+
+
+@pytest.mark.parametrize("layout", [torch.sparse_coo, torch.sparse_csr], ids=["COO", "CSR"])
+def test_batched_output_backpropagates_through_sparse_mm(layout):
+    """Batched COO output once failed in backward: "conversion from Sparse to SparseCsr
+    ... sparse_dim()!=2" (it was converted from a batched CSR tensor)."""
+    from torchsparsegradutils import sparse_mm
+    shape = (2, 3, 3)
+    enc = PairwiseEncoder(1.5, shape, diag=True, channel_voxel_relation="inter", layout=layout)
+    g = torch.Generator().manual_seed(1)
+    values = torch.randn(2, len(enc.offsets), *shape, dtype=torch.float64, generator=g, requires_grad=True)
+    X = torch.randn(2, enc.volume_numel, 4, dtype=torch.float64, generator=g, requires_grad=True)
+    G = torch.randn(2, enc.volume_numel, 4, dtype=torch.float64, generator=g)
+    sparse_mm(enc(values), X).backward(G)
+    vd, Xd = values.detach().clone().requires_grad_(), X.detach().clone().requires_grad_()
+    M = torch.stack([dense_reference(vd[b], enc.offsets, shape) for b in range(2)])
+    (M @ Xd).backward(G)
+    torch.testing.assert_close(values.grad, vd.grad)
+    torch.testing.assert_close(X.grad, Xd.grad)
 
 
 @pytest.mark.parametrize("radius,shape,diag,upper,relation", CASES)

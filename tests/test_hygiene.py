@@ -1,4 +1,6 @@
-"""One hygiene sweep over every public op (conftest.OPS; ops this build lacks are skipped):
+"""One hygiene sweep over every public op and surface (conftest.OPS: the ops, SparseCSR and
+its to_torch, the nn layers, the distribution, the encoder and the custom operators called
+directly; ones this build lacks are skipped):
 inputs unchanged, reference counts stable over many calls, in-place edits between
 forward and backward detected (or harmless), the same bits for 1 and 2 threads (16-bit
 values too, where an op takes them), and malformed structure a ValueError, never a
@@ -187,7 +189,7 @@ torch.save(run_case(op.make(replace(op.large, dtype=getattr(torch, {dtype!r}))))
 
 
 @pytest.mark.skipif(_C.simd() == "portable", reason="these kernels are the portable ones already")
-@pytest.mark.parametrize("op,dtype", BITS)
+@pytest.mark.parametrize("op,dtype", [p for p in BITS if p.values[0].own_kernels])
 def test_portable_kernels_agree(op, dtype, tmp_path):
     """The portable kernels (what an x86-64 processor without AVX2 runs; TSGU_PORTABLE=1
     here) give the AVX2 kernels' results within the op's tolerance, on op.large."""
@@ -212,8 +214,7 @@ MALFORMED_IDS = [(op, name) for op in OPS for name in sorted(malformed_cases(op)
 @pytest.fixture(scope="session")
 def malformed_outcomes():
     """Every available op's malformed cases, run in child processes once per session."""
-    import torchsparsegradutils as tsgu
-    cases = {f"{op.name}/{name}": src for op in OPS if hasattr(tsgu, op.public)
+    cases = {f"{op.name}/{name}": src for op in OPS if op.available() is not None
              for name, src in malformed_cases(op).items()}
     return child_outcomes(cases)
 
@@ -239,14 +240,15 @@ def test_malformed_structure_is_value_error(malformed_outcomes, op, name):
     assert match in message, f"{match!r} not in {message!r}"
 
 
-REFUSE_HALF = _params((op, str(dtype).split(".")[-1]) for op in OPS
+REFUSE_HALF = _params((op, str(dtype).split(".")[-1]) for op in OPS if op.dtype_error is not None
                       for dtype in (torch.float16, torch.bfloat16) if dtype not in op.dtypes)
 
 
 @pytest.mark.parametrize("op,dtype", REFUSE_HALF)
 def test_16_bit_values_refused_where_unsupported(op, dtype):
-    """An op without 16-bit kernels says so with a TypeError naming the dtypes it takes."""
+    """An op without 16-bit kernels says so with an error naming the dtypes it takes."""
     op.fn()
     case = op.make(small(op, dtype=getattr(torch, dtype)))
-    with pytest.raises(TypeError, match="supports float32 and float64 values"):
+    error, match = op.dtype_error
+    with pytest.raises(error, match=match):
         case.run(*case.leaves.values())

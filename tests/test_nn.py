@@ -1,6 +1,10 @@
 """torchsparsegradutils.nn: SparseLinear and GCNConv against dense references."""
+import io
+
 import pytest
 import torch
+
+from conftest import child_outcomes
 
 from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_norm
@@ -43,7 +47,7 @@ def test_sparse_linear_init_scaled_by_row_fan_in():
 def test_sparse_linear_state_dict_optimizer_and_errors():
     torch.manual_seed(0)
     layer = SparseLinear(10, 4, density=0.3)
-    clone = SparseLinear(10, 4, density=0.3)
+    clone = SparseLinear(10, 4, pattern=layer.weight.to_torch())
     clone.load_state_dict(layer.state_dict())
     x = torch.randn(8, 10)
     torch.testing.assert_close(clone(x), layer(x))
@@ -96,8 +100,170 @@ def test_gcn_conv_caches_while_edge_index_is_unchanged():
     conv = GCNConv(2, 2)
     edge_index = torch.tensor([[0, 1], [1, 2]])
     first = conv.adjacency(edge_index, 3)
+    assert isinstance(first, SparseCSR)
     assert conv.adjacency(edge_index, 3) is first
+    assert conv.adjacency(edge_index.clone(), 3) is first                   # the same contents
     edge_index[0, 0] = 2                                                    # edited in place
     assert conv.adjacency(edge_index, 3) is not first
-    assert conv.adjacency(edge_index.clone(), 3) is not conv.adjacency(edge_index, 3)
-    assert isinstance(first, SparseCSR)
+    assert conv.adjacency(edge_index, 4) is not conv.adjacency(edge_index, 3)
+
+
+def _assert_adjacency_of(conv, edge_index, n):
+    """conv's adjacency for edge_index is that of a fresh gcn_norm (no stale cache)."""
+    A = conv.adjacency(edge_index, n)
+    B = gcn_norm(edge_index.clone(), n, dtype=conv.lin.weight.dtype)
+    assert A.values.dtype == B.values.dtype
+    torch.testing.assert_close(A.to_torch().to_dense(), B.to_torch().to_dense())
+
+
+def test_gcn_conv_cache_sees_edits_the_version_counter_misses():
+    """Edits through .numpy() or .data do not bump the version counter: the cached
+    adjacency once went stale."""
+    conv = GCNConv(2, 2)
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    _assert_adjacency_of(conv, edge_index, 3)
+    edge_index.numpy()[1, 2] = 1
+    _assert_adjacency_of(conv, edge_index, 3)
+    edge_index.data[0] = torch.tensor([2, 0, 1])
+    _assert_adjacency_of(conv, edge_index, 3)
+
+
+def test_gcn_conv_after_double_and_to():
+    """The cached adjacency once kept its old dtype: 'A and B must have the same dtype'."""
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    conv = GCNConv(3, 2)
+    conv(torch.randn(3, 3), edge_index)
+    for convert in (lambda m: m.double(), lambda m: m.float(), lambda m: m.to(torch.float64)):
+        conv = convert(conv)
+        dtype = conv.lin.weight.dtype
+        x = torch.randn(3, 3, dtype=dtype)
+        Ad = _dense_gcn_adjacency(edge_index, 3).to(dtype)
+        torch.testing.assert_close(conv(x, edge_index), Ad @ conv.lin(x) + conv.bias)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gcn_conv_after_to_device():
+    edge_index = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    conv = GCNConv(3, 2)
+    x = torch.randn(3, 3)
+    expected = conv(x, edge_index)
+    conv = conv.to("cuda")
+    torch.testing.assert_close(conv(x.cuda(), edge_index.cuda()).cpu(), expected)
+    conv = conv.to("cpu")
+    torch.testing.assert_close(conv(x, edge_index), expected)
+
+
+def _dense_weighted_gcn_adjacency(edge_index, n, w):
+    """D^-1/2 (A + I) D^-1/2 with A[target, source] the summed weights, differentiable in w."""
+    A = torch.zeros(n, n, dtype=w.dtype).index_put((edge_index[1], edge_index[0]), w, accumulate=True)
+    A = A + torch.eye(n, dtype=w.dtype)
+    d = A.sum(1).rsqrt()
+    return d[:, None] * A * d[None, :]
+
+
+def test_gcn_norm_is_differentiable_in_edge_weight():
+    """edge_weight.grad once stayed None (the weights were detached)."""
+    edge_index = torch.tensor([[0, 1, 1, 2, 3, 3, 2], [1, 0, 2, 1, 0, 0, 2]])   # a repeat and a self loop
+    w = torch.rand(7, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 0.5
+    w.requires_grad_()
+    S = gcn_norm(edge_index, 5, edge_weight=w, dtype=torch.float64)          # node 4 isolated
+    ref = _dense_weighted_gcn_adjacency(edge_index, 5, w)
+    torch.testing.assert_close(S.to_torch().to_dense(), ref)
+    G = torch.randn(5, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    (gw,) = torch.autograd.grad((S.to_torch().to_dense() * G).sum(), w)
+    (want,) = torch.autograd.grad((ref * G).sum(), w)
+    torch.testing.assert_close(gw, want)
+    assert torch.autograd.gradcheck(lambda w: gcn_norm(edge_index, 5, edge_weight=w, dtype=torch.float64).values,
+                                    (w,))
+
+
+def test_gcn_norm_and_conv_refuse_bad_edge_index():
+    with pytest.raises(ValueError, match="shape"):
+        gcn_norm(torch.tensor([0, 1]), 2)
+    with pytest.raises(TypeError, match="integer"):
+        gcn_norm(torch.tensor([[0.0], [1.0]]), 2)
+    with pytest.raises(ValueError, match="edge_weight"):
+        gcn_norm(torch.tensor([[0, 1], [1, 0]]), 2, edge_weight=torch.ones(3))
+    for bad in ([[0, 3], [1, 0]], [[0, 1], [1, 2**40]]):
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            gcn_norm(torch.tensor(bad), 3)
+
+
+def test_negative_node_id_is_a_value_error_not_a_crash():
+    """Once a SIGSEGV or glibc 'double free': coalesce() read through the id unchecked."""
+    calls = {"gcn_norm": "gcn_norm(e, 3)", "gcn_conv": "GCNConv(2, 2)(torch.randn(3, 2), e)",
+             "weighted": "gcn_norm(e, 3, edge_weight=torch.ones(2, requires_grad=True))"}
+    outcomes = child_outcomes({name: "from torchsparsegradutils.nn import GCNConv, gcn_norm\n"
+                                     "e = torch.tensor([[0, -1], [1, 0]])\ninputs = [e]\ncall = lambda: " + call
+                               for name, call in calls.items()})
+    for name, (outcome, message) in outcomes.items():
+        assert outcome == "ValueError" and "malformed sparse matrix" in message, (name, outcome, message)
+
+
+def _trained_pair():
+    """A layer trained 5 steps with Adam, its state and its optimizer's state."""
+    torch.manual_seed(0)
+    layer = SparseLinear(10, 4, density=0.4)
+    opt = torch.optim.Adam(layer.parameters(), lr=0.05)
+    x, y = torch.randn(16, 10), torch.randn(16, 4)
+    for _ in range(5):
+        opt.zero_grad()
+        (layer(x) - y).pow(2).mean().backward()
+        opt.step()
+    return layer, opt, x, y
+
+
+def test_sparse_linear_resume_recipe_trains_the_loaded_parameter():
+    """Build the model, build the optimizer, load the checkpoint, train: the load once
+    replaced self.values by a new Parameter, so the optimizer stepped an orphan."""
+    layer, opt, x, y = _trained_pair()
+    buffer = io.BytesIO()
+    torch.save({"model": layer.state_dict(), "opt": opt.state_dict()}, buffer)
+    buffer.seek(0)
+    ckpt = torch.load(buffer)
+    resumed = SparseLinear(10, 4, pattern=layer.weight.to_torch())
+    values = resumed.values
+    opt2 = torch.optim.Adam(resumed.parameters(), lr=0.05)
+    resumed.load_state_dict(ckpt["model"])
+    opt2.load_state_dict(ckpt["opt"])
+    assert resumed.values is values
+    torch.testing.assert_close(resumed(x), layer(x))
+    for model, optimizer in ((layer, opt), (resumed, opt2)):        # one more step each
+        optimizer.zero_grad()
+        (model(x) - y).pow(2).mean().backward()
+        optimizer.step()
+    assert not torch.equal(resumed.values, ckpt["model"]["values"])
+    torch.testing.assert_close(resumed.values, layer.values)
+
+
+def test_sparse_linear_refuses_a_checkpoint_of_another_shape_or_pattern():
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        SparseLinear(12, 4, density=0.5).load_state_dict(SparseLinear(8, 4, density=0.5).state_dict())
+    a = SparseLinear(6, 3, pattern=torch.tensor([[1, 0, 1, 0, 0, 0], [0, 1, 0, 0, 0, 0], [0, 0, 0, 1, 1, 0]]))
+    b = SparseLinear(6, 3, pattern=torch.tensor([[1, 1, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0], [0, 0, 0, 0, 1, 1]]))
+    before = {k: v.clone() for k, v in a.state_dict().items()}
+    with pytest.raises(RuntimeError, match="sparsity pattern mismatch for col_indices"):
+        a.load_state_dict(b.state_dict())
+    assert torch.equal(a.crow_indices, before["crow_indices"]) and torch.equal(a.col_indices, before["col_indices"])
+
+
+def test_sparse_linear_refuses_a_malformed_sparse_pattern():
+    bad = torch.sparse_csr_tensor(torch.tensor([0, 2, 1]), torch.tensor([0, 1]), torch.ones(2), (2, 3))
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        SparseLinear(3, 2, pattern=bad)
+    bad = torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, -1]]), torch.ones(2), (2, 3))
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        SparseLinear(3, 2, pattern=bad)
+
+
+def test_sparse_linear_after_double_and_a_state_dict_round_trip():
+    torch.manual_seed(0)
+    layer = SparseLinear(7, 3, density=0.5).double()
+    assert layer.values.dtype == layer.bias.dtype == torch.float64
+    assert layer.crow_indices.dtype == layer.col_indices.dtype == torch.int64      # indices stay indices
+    x = torch.randn(4, 7, dtype=torch.float64)
+    torch.testing.assert_close(layer(x), x @ _dense_weight(layer).t() + layer.bias)
+    other = SparseLinear(7, 3, pattern=layer.weight.to_torch(), dtype=torch.float64)
+    other.load_state_dict(layer.state_dict())
+    torch.testing.assert_close(other(x), layer(x))

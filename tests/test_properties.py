@@ -1,4 +1,4 @@
-"""Property tests: every public op (conftest.OPS) against the same computation in dense
+"""Property tests: every public op and surface (conftest.OPS) against the same computation in dense
 PyTorch autograd, on inputs drawn by hypothesis: every COO/CSR layout and index
 memory arrangement (duplicates, one entry, sliced/strided/expanded index arrays),
 strided/expanded/sliced/negative-bit dense operands and upstream gradients, empty rows, nnz = 0, batched,

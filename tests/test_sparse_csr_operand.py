@@ -1,10 +1,13 @@
 """SparseCSR, the compile-friendly sparse operand: conversions, sparse_mm on it against
 the torch-sparse-tensor path and dense autograd, gradients into its values, and
-torch.compile(fullgraph=True) of a two-layer GCN that takes it."""
+torch.compile(fullgraph=True) of a two-layer GCN that takes it, and of sparse_mm on a
+SparseCSR built each documented way."""
 import pytest
 import torch
+from torch._dynamo.testing import CompileCounterWithBackend
 
 from torchsparsegradutils import SparseCSR, sparse_mm, sparse_triangular_solve
+from torchsparsegradutils.nn import gcn_norm
 
 
 def _dense(batch, n=6, m=5, seed=0):
@@ -204,3 +207,75 @@ def test_component_shapes_are_checked_before_the_forward(name):
     for call in calls:
         with pytest.raises(ValueError, match="values must have the shape of col_indices"):
             call()
+def _csr_of(D, w):
+    """torch.sparse_csr_tensor of D's pattern, 2D or batched, with values w (differentiable)."""
+    C = D.to_sparse_csr()
+    return torch.sparse_csr_tensor(C.crow_indices(), C.col_indices(), w, D.shape)
+
+
+def _built(way):
+    """(S, its learnable leaf, dense reference of S as a function of that leaf) for each
+    documented way to build a SparseCSR.  Views of a torch sparse tensor's components
+    (what A.values() is) once crashed Dynamo: it follows a view input to its sparse base."""
+    D = _dense(())
+    Db = _dense((2,))
+    Db = Db * (Db != 0).all(0, keepdim=True)              # one pattern for both items (batched CSR)
+    if way == "components":
+        C = D.to_sparse_csr()
+        w = C.values().clone().requires_grad_()
+        return SparseCSR(C.crow_indices().clone(), C.col_indices().clone(), w, (6, 5)), w, \
+            lambda w: torch.sparse_csr_tensor(C.crow_indices(), C.col_indices(), w, (6, 5)).to_dense()
+    if way.startswith("from_torch"):
+        batched = way.endswith("batched")
+        Dw = Db if batched else D
+        A = Dw.to_sparse_csr() if "csr" in way else Dw.to_sparse()
+        S = SparseCSR.from_torch(A)
+        w = S.values.requires_grad_()                     # from_torch's values: detached, a leaf
+        mask = Dw != 0
+        return S, w, lambda w: torch.zeros_like(Dw).masked_scatter(mask, w)
+    if way == "views_of_csr":                             # the components of a torch CSR tensor
+        w = D.to_sparse_csr().values().clone().requires_grad_()
+        A = _csr_of(D, w)                                 # the gradient reaches w through A
+        return SparseCSR(A.crow_indices(), A.col_indices(), A.values(), A.shape), w, \
+            lambda w: _csr_of(D, w).to_dense()
+    if way == "views_of_csr_batched":                     # (torch's batched CSR constructor has no backward)
+        A = Db.to_sparse_csr()
+        S = SparseCSR(A.crow_indices(), A.col_indices(), A.values(), A.shape)
+        mask = Db != 0
+        return S, S.values.requires_grad_(), lambda w: torch.zeros_like(Db).masked_scatter(mask, w)
+    if way == "replace_with_view":                        # S._replace(values=A.values())
+        w = D.to_sparse_csr().values().clone().requires_grad_()
+        S = SparseCSR.from_torch(D.to_sparse_csr())
+        return S._replace(values=_csr_of(D, w).values()), w, lambda w: _csr_of(D, w).to_dense()
+    assert way == "gcn_norm"
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 1], [1, 2, 3, 4, 5, 0, 4]])
+    S = gcn_norm(edge_index, 6, dtype=torch.float64)
+    w = S.values.clone().requires_grad_()
+    return S._replace(values=w), w, lambda w: S._replace(values=w).to_torch().to_dense()
+
+
+WAYS = ["components", "from_torch_csr", "from_torch_coo", "from_torch_csr_batched", "from_torch_coo_batched",
+        "views_of_csr", "views_of_csr_batched", "replace_with_view", "gcn_norm"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_every_way_to_build_compiles_fullgraph(way):
+    S, w, dense_of = _built(way)
+    B = torch.randn(*S.shape[:-2], S.shape[-1], 3, dtype=torch.float64, requires_grad=True)
+    G = torch.randn(*S.shape[:-1], 3, dtype=torch.float64)
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(lambda S, B: sparse_mm(S, B), fullgraph=True, backend=counter)
+    out = compiled(S, B)
+    assert counter.frame_count == 1                       # traced whole, not run eagerly
+    grads = torch.autograd.grad(out, (w, B), G, retain_graph=True)   # S may hold a graph (views_of_csr)
+    out_e = sparse_mm(S, B)
+    torch.testing.assert_close(out, out_e)
+    for g, ge in zip(grads, torch.autograd.grad(out_e, (w, B), G)):
+        torch.testing.assert_close(g, ge)
+    wd = w.detach().clone().requires_grad_()              # dense autograd reference
+    Bd = B.detach().clone().requires_grad_()
+    ref = dense_of(wd) @ Bd
+    torch.testing.assert_close(out, ref)
+    for g, gd in zip(grads, torch.autograd.grad(ref, (wd, Bd), G)):
+        torch.testing.assert_close(g, gd)

@@ -1,6 +1,9 @@
 """torchsparsegradutils: sparse matrix operations for PyTorch whose gradients stay sparse.
 
-Hot loops are C kernels (csrc/) reached through DLPack; see README.md.
+The operations take torch sparse tensors (COO or CSR, 2D or batched) or a
+:class:`SparseCSR`, and give the gradient with respect to the sparse operand only at
+its stored entries.  Their loops are C kernels (CUDA kernels on the GPU), reached
+through DLPack.
 """
 from ._core.sparse_csr import SparseCSR
 from .sparse_matmul import sparse_mm
@@ -12,4 +15,4 @@ from .sparse_logsumexp import sparse_logsumexp, sparse_bidir_logsumexp
 
 __all__ = ["SparseCSR", "sparse_mm", "sparse_csr_tensor", "sparse_coo_tensor", "sparse_triangular_solve", "sparse_generic_solve",
            "sparse_generic_lstsq", "gather_mm", "segment_mm", "sparse_logsumexp", "sparse_bidir_logsumexp"]
-__version__ = "0.2.0.dev0"
+__version__ = "0.3.0"  # the one source (pyproject.toml reads it); above the published 0.2.7

@@ -48,6 +48,8 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, seglen_a: torch.Tensor) -> torc
     NotImplementedError
         On PyTorch older than 2.4, as in the published release.
 
+    Examples
+    --------
     >>> a, b = torch.ones(3, 2), torch.stack([torch.eye(2), 2 * torch.eye(2)])
     >>> segment_mm(a, b, torch.tensor([1, 2]))       # row 0 times b[0], rows 1-2 times b[1]
     tensor([[1., 1.],
@@ -104,6 +106,8 @@ def gather_mm(a: torch.Tensor, b: torch.Tensor, idx_b: torch.Tensor) -> torch.Te
     NotImplementedError
         On PyTorch older than 2.4, as in the published release.
 
+    Examples
+    --------
     >>> a, b = torch.ones(3, 2), torch.stack([torch.eye(2), 2 * torch.eye(2)])
     >>> gather_mm(a, b, torch.tensor([1, 0, 1]))     # rows 0 and 2 times b[1], row 1 times b[0]
     tensor([[2., 2.],

@@ -68,6 +68,8 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     IndexError / RuntimeError
         ``dim`` out of range / empty or repeated, as :func:`torch.logsumexp`.
 
+    Examples
+    --------
     >>> A = torch.tensor([[0.0, 2.0], [1.0, 0.0]]).to_sparse()
     >>> sparse_logsumexp(A, dim=1, include_zeros=False)          # absent entries are -inf
     tensor([2., 1.])
@@ -126,6 +128,8 @@ def sparse_bidir_logsumexp(input: Tensor, keepdim: bool = False, include_zeros: 
     As :func:`sparse_logsumexp`, and ``ValueError`` for an unknown
     ``output_layout`` or ``keepdim=True`` with a layout other than ``"tuple"``.
 
+    Examples
+    --------
     >>> A = torch.tensor([[0.0, 2.0], [1.0, 0.0]]).to_sparse()
     >>> cols, rows = sparse_bidir_logsumexp(A, include_zeros=False)
     >>> cols, rows

@@ -53,6 +53,8 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
     TypeError
         A not COO/CSR, B not strided, values not float32/float64 or of different dtypes.
 
+    Examples
+    --------
     >>> A = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]], dtype=torch.float64).to_sparse()
     >>> x = sparse_generic_lstsq(A, torch.tensor([1.0, 2.0, 2.0], dtype=torch.float64))
     >>> torch.allclose(x, torch.tensor([1.0, 1.0], dtype=torch.float64))

@@ -14,6 +14,7 @@ from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
+from ._core.torch_sparse import coo_tensor
 from ._core.validate import check_operands, check_system, eager_only, error, records_graph
 from .utils.minres import minres
 
@@ -62,6 +63,8 @@ def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
     TypeError
         Values not float32/float64, or A and B of different dtypes.
 
+    Examples
+    --------
     >>> L = torch.tensor([[2.0, 0.0], [1.0, 4.0]]).to_sparse_csr()
     >>> sparse_triangular_solve(L, torch.tensor([[2.0], [9.0]]), upper=False)
     tensor([[1.],
@@ -209,7 +212,7 @@ def _sparse_transpose(A: torch.Tensor) -> torch.Tensor:
     """A^T of a detached 2D sparse matrix, in A's layout (O(nnz), never dense)."""
     if A.layout == torch.sparse_coo:
         A = A.coalesce()
-        return torch.sparse_coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
+        return coo_tensor(A.indices().flip(0), A.values(), (A.shape[1], A.shape[0])).coalesce()
     return _backends.csr_transpose(as_csr(A))
 
 

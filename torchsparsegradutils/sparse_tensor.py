@@ -10,8 +10,9 @@ arrives on the same pattern (as ``sparse_mm`` returns it) that is its values
 array, O(1); otherwise it is looked up at the pattern by binary search,
 O(nnz log nnz) -- never an n x m matrix (see _core/view.py).
 """
-import torch
+import torch  # noqa: F401  (the examples below use it)
 
+from ._core.torch_sparse import coo_tensor, csr_tensor, user_checks
 from ._core.validate import check_no_functorch, eager_only
 from ._core.view import coo_from_values, csr_from_values
 
@@ -32,7 +33,7 @@ def sparse_csr_tensor(crow_indices, col_indices, values, size=None):
     """
     check_no_functorch("sparse_csr_tensor")
     if size is None:
-        size = torch.sparse_csr_tensor(crow_indices, col_indices, values.detach()).shape
+        size = csr_tensor(crow_indices, col_indices, values.detach(), check=user_checks()).shape
     return csr_from_values(crow_indices, col_indices, values, size)
 
 
@@ -53,5 +54,5 @@ def sparse_coo_tensor(indices, values, size=None, *, is_coalesced=None):
     """
     check_no_functorch("sparse_coo_tensor")
     if size is None:
-        size = torch.sparse_coo_tensor(indices, values.detach()).shape
+        size = coo_tensor(indices, values.detach(), check=user_checks()).shape
     return coo_from_values(indices, values, size, is_coalesced)

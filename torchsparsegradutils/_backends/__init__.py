@@ -13,6 +13,7 @@ import torch
 
 from .._core import native
 from .._core.intake import as_csr
+from .._core.torch_sparse import csr_tensor
 from .._core.view import CSRView, item_rows, kernel_array, view_of
 from . import cpu, cuda, torch_ops
 from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
@@ -147,7 +148,7 @@ def csr_transpose(A: CSRView) -> torch.Tensor:
     """A^T of a 2D view as a torch CSR tensor (never dense)."""
     if _backend(False, A.values) is cpu:
         tptr, trow, tperm = cpu.transpose_pattern(A)
-        return torch.sparse_csr_tensor(tptr, trow, A.values[tperm.long()], (A.ncols, A.nrows))
+        return csr_tensor(tptr, trow, A.values[tperm.long()], (A.ncols, A.nrows))
     return A.to_torch().t().to_sparse_csr()
 
 

@@ -3,13 +3,15 @@ where our kernels are not built or do not cover the op, and any other device),
 with the meaning of the C kernels and their errors, and never a dense n x m matrix.
 
 A batch is taken as one block-diagonal 2D matrix (global_csr), built by index
-arithmetic.  16-bit values are computed in float32 and rounded once, as the
+arithmetic.  Errors carry the C kernels' messages (STATUS).  16-bit values are computed in float32 and rounded once, as the
 kernels do (PyTorch's sparse CUDA ops do not take bfloat16).
 """
 import warnings
 
 import torch
 
+from .._core.native import STATUS
+from .._core.torch_sparse import coo_tensor, csr_tensor
 from .._core.view import CSRView, entry_rows
 
 # Entries per chunk of the gather-based SDDMM: bounds its temporaries to about
@@ -32,7 +34,7 @@ def global_csr(A: CSRView):
     rows = entry_rows(ptr)
     cols = col + (rows // n) * m if n else col
     vals = A.values.reshape(-1) if A.values is not None else torch.ones(col.numel(), device=ptr.device)
-    A2 = torch.sparse_csr_tensor(ptr, cols, vals, (b * n, b * m))
+    A2 = csr_tensor(ptr, cols, vals, (b * n, b * m))
     return A2, rows, cols
 
 
@@ -53,7 +55,7 @@ def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
         return spmm_t(A._replace(values=A.values.float()), G.float(), mean).to(G.dtype)
     p = G.shape[-1]
     A2, rows, cols = global_csr(_row_mean(A) if mean else A)
-    At = torch.sparse_coo_tensor(torch.stack([cols, rows]), A2.values(), (A.batch * A.ncols, A.batch * A.nrows))
+    At = coo_tensor(torch.stack([cols, rows]), A2.values(), (A.batch * A.ncols, A.batch * A.nrows))
     out = torch.sparse.mm(At, G.reshape(A.batch * A.nrows, p))
     return out.reshape((A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p))
 
@@ -84,10 +86,6 @@ def _row_mean(A: CSRView) -> CSRView:
 
 
 # ------------------------------------------------- amax / amin (sparse_mm's reduce)
-# the message of the C status code TSGU_EARG
-_MSG_ARG = "malformed arg of reduce='amax'/'amin': an index is neither -1 nor the offset of an entry in its row"
-
-
 def spmm_arg(A: CSRView, B: torch.Tensor, is_min: bool, need_arg: bool):
     """(C, arg) as cpu.spmm_arg gives them (PyTorch's tie and NaN rule: the first entry
     of a tie, the last NaN product), by the scatter formulation: the nnz x p products,
@@ -120,7 +118,7 @@ def _arg_entries(A2: torch.Tensor, arg: torch.Tensor):
     ptr = A2.crow_indices()
     arg = arg.reshape(ptr.numel() - 1, arg.shape[-1]).long()
     if bool(((arg < -1) | (arg >= (ptr[1:] - ptr[:-1]).unsqueeze(1))).any()):
-        raise ValueError(_MSG_ARG)
+        raise ValueError(STATUS["EARG"])
     r, t = (arg >= 0).nonzero(as_tuple=True)
     return r, t, ptr[r] + arg[r, t]
 
@@ -165,15 +163,6 @@ def gather_arg(A: CSRView, arg: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------- solves
-# the messages of the C status codes TSGU_ETRI_SIDE, TSGU_EDIAG_ZERO, TSGU_EDIAG_UNIT
-_MSG_SIDE = ("A is not triangular on the requested side: it stores an entry below the diagonal "
-             "with upper=True, or above it with upper=False")
-_MSG_ZERO = ("A is singular: a diagonal entry is zero or not stored "
-             "(pass unitriangular=True if the diagonal is implicit ones)")
-_MSG_UNIT = ("unitriangular=True, but A stores diagonal entries: the unit diagonal must be "
-             "implicit (A strictly triangular)")
-
-
 def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """X = A^{-1} B (or A^{-T} B) through PyTorch's sparse triangular solve on the
     block-diagonal 2D form (cuSPARSE serves it on CUDA), after the kernel's structure
@@ -182,15 +171,15 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, tran
     n, p = A.nrows, B.shape[-1]
     i, j = rows % n if n else rows, cols % n if n else cols
     if bool((j < i).any() if upper else (j > i).any()):
-        raise ValueError(_MSG_SIDE)
+        raise ValueError(STATUS["ETRI_SIDE"])
     on_diag = i == j
     if unitriangular:
         if bool(on_diag.any()):
-            raise ValueError(_MSG_UNIT)
+            raise ValueError(STATUS["EDIAG_UNIT"])
     else:
         nonzero_diag = on_diag & (A2.values() != 0)
         if int(nonzero_diag.sum()) != A.batch * n:
-            raise ValueError(_MSG_ZERO)
+            raise ValueError(STATUS["EDIAG_ZERO"])
     if A.batch * n == 0 or p == 0:
         return B.detach().clone()
     # torch.linalg.solve_triangular takes only strided matrices: sparse ones still
@@ -203,15 +192,10 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, tran
 
 
 # ------------------------------------------- grouped products (gather_mm, segment_mm)
-_BAD_GROUPING = ("malformed grouping: a relation index is negative or not less than the number of "
-                 "relations, segment offsets do not run from 0 to the number of rows, or a row order is "
-                 "not a permutation of the rows")
-
-
 def group_rows(idx: torch.Tensor, R: int):
     """(off, perm) as cpu.group_rows gives them."""
     if idx.numel() and bool(((idx < 0) | (idx >= R)).any()):
-        raise ValueError(_BAD_GROUPING)
+        raise ValueError(STATUS["EGROUP"])
     off = torch.zeros(R + 1, dtype=torch.int64, device=idx.device)
     torch.cumsum(torch.bincount(idx, minlength=R), 0, out=off[1:])
     return off, torch.argsort(idx, stable=True)
@@ -241,10 +225,10 @@ def _group_lengths(off: torch.Tensor, perm, n: int):
     check it (csrc/groups_check.c)."""
     lengths = torch.diff(off).tolist()
     if off[0] != 0 or sum(lengths) != n or min(lengths, default=0) < 0:
-        raise ValueError(_BAD_GROUPING)
+        raise ValueError(STATUS["EGROUP"])
     if perm is not None and n and (perm.shape != (n,) or bool(((perm < 0) | (perm >= n)).any())
                                    or bool((torch.bincount(perm, minlength=n) != 1).any())):
-        raise ValueError(_BAD_GROUPING)
+        raise ValueError(STATUS["EGROUP"])
     return lengths
 
 

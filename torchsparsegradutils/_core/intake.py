@@ -43,6 +43,16 @@ def as_csr(A: torch.Tensor, compress_rows: bool = False) -> CSRView:
     return _from_coo(A, compress_rows)
 
 
+def checked_view(A: torch.Tensor) -> CSRView:
+    """as_csr(A) with A's structure checked whatever its layout (a CSR A's is otherwise
+    left to the kernels, as they read it): for a sparse tensor from user input whose
+    arrays PyTorch's own ops or index arithmetic will read."""
+    view = as_csr(A)
+    if A.layout == torch.sparse_csr:
+        check_structure(view)
+    return view
+
+
 def _from_csr(A: torch.Tensor) -> CSRView:
     if A.dense_dim() != 0:
         raise ValueError("A must not have dense dimensions (hybrid CSR tensors are not supported)")
@@ -67,8 +77,7 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     coalesced = A.is_coalesced()
     hypersparse = compress_rows and batch * n > HYPERSPARSE_ROWS_PER_ENTRY * (indices.shape[1] + 1)
     if not hypersparse and (A.is_cpu or native.cuda_usable(indices)):
-        s = _cpu_coo_structure(indices, sizes, coalesced) if A.is_cpu else \
-            cuda_coo_structure(indices, sizes, coalesced)
+        s = coo_structure(indices, sizes, coalesced)
         return CSRView(s.ptr, s.indices[-1], s.values_of(val).contiguous(), batch, n, m, shape, s.indices)
     if not coalesced:
         # Check ranges before coalescing: coalesce would fold an out-of-range
@@ -93,8 +102,7 @@ def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRV
     n, m = sizes[-2], sizes[-1]
     rows = _global_rows(indices, n)
     if rows.numel() > 1 and bool((rows[1:] < rows[:-1]).any()):
-        raise ValueError("malformed sparse matrix: the COO tensor is marked coalesced "
-                         "but its indices are not sorted by row")
+        raise ValueError(native.STATUS["EIDX_ORDER"])
     kept, counts = torch.unique_consecutive(rows, return_counts=True)
     ptr = torch.zeros(kept.numel() + 1, dtype=torch.int64, device=val.device)
     torch.cumsum(counts, 0, out=ptr[1:])
@@ -123,9 +131,7 @@ def _check_coo_ranges(indices: torch.Tensor, sizes) -> None:
     elif indices.numel():
         bound = torch.tensor(sizes, device=indices.device).unsqueeze(1)
         if bool(((indices < 0) | (indices >= bound)).any()):
-            raise ValueError(
-                "malformed sparse matrix: an index is negative or not less than the size of its dimension"
-            )
+            raise ValueError(native.STATUS["EIDX_RANGE"])
 
 
 def check_structure(view: CSRView) -> None:
@@ -209,6 +215,20 @@ class CooStructure(NamedTuple):
         return val.new_zeros(self.indices.shape[1]).index_add_(0, self.slot, val)
 
 
+def coo_structure(indices: torch.Tensor, sizes, coalesced: bool = False) -> CooStructure:
+    """The coalesced structure of COO indices (int64, 2 or 3 rows, unit-stride rows, in
+    any order, positions possibly repeated) of a tensor of `sizes`, every index checked
+    first (ValueError): in C on CPU, on the device with the CUDA kernels, else by torch
+    ops.  The way to take indices from user input: torch's coalesce() reads through
+    them unchecked.  Their values in its order: values_of(values), differentiable."""
+    if indices.is_cpu:
+        return _cpu_coo_structure(indices, sizes, coalesced)
+    if native.cuda_usable(indices):
+        return cuda_coo_structure(indices, sizes, coalesced)
+    _check_coo_ranges(indices, sizes)
+    return _sort_structure(indices, sizes, keep_source=False)
+
+
 # CPU: structures of recently seen unsorted index arrays (entries hold private
 # tensors only, never the user's, so the cache keeps no tensor alive)
 CPU_STRUCTURES = _Cache(4)
@@ -254,11 +274,14 @@ def _sort_structure(indices: torch.Tensor, sizes, keep_source: bool) -> CooStruc
         slot[order] = torch.cumsum(first, 0) - 1
         order = order[first]
     coalesced = indices.index_select(1, order)
-    if indices.is_cuda:
-        ptr = _cuda_row_ptr(coalesced, sizes)
-    else:
+    if indices.is_cpu:
         ptr = torch.empty(batch * n + 1, dtype=torch.int64)
         _C.coo_row_ptr(coalesced, sizes, ptr, torch.get_num_threads())
+    elif native.cuda_usable(indices):
+        ptr = _cuda_row_ptr(coalesced, sizes)
+    else:
+        ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=indices.device)
+        ptr[1:] = torch.bincount(_global_rows(coalesced, n), minlength=batch * n).cumsum(0)
     return CooStructure(indices.clone() if keep_source else None, coalesced, ptr, order, slot)
 
 
@@ -370,8 +393,7 @@ def cuda_structure(A: CSRView) -> CudaStructure:
     if ptr.dim() == 2:                                   # batched CSR: (b, n+1), col (b, nnz)
         item_nnz = col.shape[1]
         if ptr.shape[1] and bool((ptr[:, -1] != item_nnz).any()):
-            raise ValueError("malformed sparse matrix: row pointers (crow_indices) "
-                             "must start at 0 and end at the number of stored entries")
+            raise ValueError(native.STATUS["EPTR_ENDS"])
         itype = torch.int64 if A.batch * item_nnz >= 2 ** 31 else ptr.dtype
         offsets = torch.arange(A.batch, device=ptr.device, dtype=itype).unsqueeze(1) * item_nnz
         ptr = torch.cat([(ptr[:, :-1].to(itype) + offsets).reshape(-1),

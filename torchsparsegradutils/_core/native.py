@@ -7,7 +7,9 @@ per call, in Python).  Neither checks what view.plain() makes true: no negation 
 Import _C from here, so that it is configured before its first call.
 
 `cuda_usable` says whether our CUDA kernels take given tensors: built into _C,
-enabled, and all the tensors on CUDA.
+enabled, and all the tensors on CUDA.  `STATUS` holds the messages of the
+kernels' errors, {status name: message}, for the Python paths that raise the
+same errors (the messages are written once, in csrc/module.c).
 """
 from torch import Tensor
 from torch.utils.dlpack import to_dlpack
@@ -16,6 +18,8 @@ from .. import _C
 
 _C.set_exporter(to_dlpack)
 _C.use_exchange_api(Tensor)
+
+STATUS = _C.status_messages()
 
 # Tests set this to False to run CUDA tensors through PyTorch's ops, as a build
 # without nvcc does.

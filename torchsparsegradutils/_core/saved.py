@@ -9,6 +9,7 @@ from typing import Optional
 
 import torch
 
+from .torch_sparse import csr_tensor
 from .view import CSRView
 
 
@@ -35,12 +36,12 @@ def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensor
     inplace operation" error; where it cannot be found, the backward gets a
     private copy of the values.  A itself is kept for second derivatives."""
     if A.requires_grad and A.layout == torch.sparse_csr and A.dim() == 3:
-        _accumulate_batched_csr_grads(A)
+        accumulate_batched_csr_grads(A)
     values = None
     guard = None
     if need_values:
         values = view.values
-        guard = _values_guard(A)
+        guard = values_guard(A)
         if guard is None and _shares_storage(values, A):
             values = values.clone()
     save_view(ctx, view._replace(values=values), guard, A, *tensors)
@@ -53,7 +54,7 @@ def load_operand(ctx):
     return view, A, tensors
 
 
-def _accumulate_batched_csr_grads(A: torch.Tensor) -> None:
+def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
     """Make gradients of a batched CSR A accumulate correctly.
 
     PyTorch cannot add two batched CSR tensors (its sum is malformed or fails
@@ -80,14 +81,13 @@ def _accumulate_batched_csr_grads(A: torch.Tensor) -> None:
             raise RuntimeError("cannot accumulate into A.grad: it does not hold a batched CSR tensor on A's "
                                "pattern (set A.grad = None before backward)")
         A.grad = None            # autograd then stores the sum instead of adding to it
-        return torch.sparse_csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(),
-                                       grad.shape)
+        return csr_tensor(grad.crow_indices(), grad.col_indices(), old.values() + grad.values(), grad.shape)
 
     A.register_hook(hook)
     A._tsgu_batched_grad_hook = True
 
 
-def _values_guard(A: torch.Tensor) -> Optional[torch.Tensor]:
+def values_guard(A: torch.Tensor) -> Optional[torch.Tensor]:
     """The tensor whose version counter moves when A's values are edited in place:
     the values given to view.csr_from_values / coo_from_values, or the leaf values
     given to torch's constructors; None when unknown."""

@@ -4,6 +4,7 @@ from typing import NamedTuple
 import torch
 
 from .intake import as_csr, check_structure
+from .torch_sparse import coo_tensor
 from .view import CSRView, entry_rows
 
 
@@ -19,7 +20,10 @@ class SparseCSR(NamedTuple):
     a torch sparse tensor is; gradients reach ``values`` (shape ``(nnz,)``, never
     dense).  The fields' shapes are checked against ``size`` by every op, the
     structure by the kernels as they read it, and by :meth:`to_torch` before it
-    hands it to PyTorch.
+    hands it to PyTorch.  The components may be a torch sparse tensor's own
+    (``A.crow_indices()``, ``A.col_indices()``, ``A.values()``): they are held as the
+    same memory, without a view's tie to ``A`` that ``torch.compile`` cannot follow,
+    and gradients still reach ``A``.
 
     >>> import torch
     >>> from torchsparsegradutils import SparseCSR, sparse_mm
@@ -75,10 +79,52 @@ class SparseCSR(NamedTuple):
         b, n, m = self.size
         rows = entry_rows(self.crow_indices)
         indices = torch.stack([rows // n, rows % n, self.col_indices.to(rows.dtype)])
-        return torch.sparse_coo_tensor(indices, self.values, self.size, is_coalesced=True)
+        return coo_tensor(indices, self.values, self.size, is_coalesced=True)
 
     def view(self) -> CSRView:
         """The CSRView of these components (values as given, not detached)."""
         shape = self.shape
         return CSRView(self.crow_indices, self.col_indices, self.values, shape[0] if len(shape) == 3 else 1,
                        shape[-2], shape[-1], shape)
+
+
+def _sparse_csr_new(cls, crow_indices, col_indices, values, size):
+    """SparseCSR's constructor: the components as given, except that one viewing a torch
+    sparse tensor (``A.values()`` of a CSR A, ``A.indices()`` of a COO A) is held as
+    the same memory but no view.  Dynamo follows a view input to its ``_base`` and
+    fails there on a sparse base ("tuple index out of range": it reads strides a
+    sparse tensor has not), so such components would not compile.  Traced code holds
+    no sparse tensor: there the components are kept as they are.  (Components that are
+    no views, the usual case, cost three attribute reads, 0.6 us.)"""
+    if (getattr(values, "_base", None) is not None or getattr(col_indices, "_base", None) is not None
+            or getattr(crow_indices, "_base", None) is not None) and not _is_compiling():
+        crow_indices, col_indices, values = _unview(crow_indices), _unview(col_indices), _unview(values)
+    return _tuple_new(cls, (crow_indices, col_indices, values, size))
+
+
+def _unview(t):
+    """t, or where t views a torch sparse tensor, its memory as a tensor that is no
+    view (detached, or through _Unview where t carries a gradient back to its base)."""
+    base = getattr(t, "_base", None)
+    if base is not None and base.layout != torch.strided:
+        return _Unview.apply(t) if t.requires_grad else t.detach()
+    return t
+
+
+class _Unview(torch.autograd.Function):
+    """The identity, returning its input's memory as a tensor that is not a view of
+    the input's base; the gradient passes through unchanged."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.detach()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+_is_compiling = torch.compiler.is_compiling
+_tuple_new = tuple.__new__
+SparseCSR.__new__ = _sparse_csr_new  # (typing.NamedTuple refuses a __new__ in the class body)
+SparseCSR._make = classmethod(lambda cls, iterable: cls(*iterable))  # what _replace calls

@@ -6,18 +6,17 @@ given to the kernels go through `plain` (values, dense operands) and
 `kernel_array` (index and values arrays); `dense_operand` prepares a dense one.
 
 A gradient w.r.t. a sparse operand is a sparse tensor in the operand's layout on
-its pattern (`CSRView.grad_like`).  Built from a values tensor that carries a
-graph, it goes through `csr_from_values` / `coo_from_values`: PyTorch's own
-constructors differentiate into their values by densifying the incoming gradient
-(``to_dense`` of an n x m matrix, for CSR) or through a hash-based ``sparse_mask``
-(COO); these map the gradient straight onto the values: O(1) when it arrives on
-the same pattern (as sparse_mm returns it), else a binary search of its stored
-positions, O(nnz log nnz), never an n x m matrix.
+its pattern (`CSRView.grad_like`); built from a values tensor that carries a
+graph, it goes through `csr_from_values` / `coo_from_values`, the constructors
+whose backward into the values never densifies (the public sparse_tensor.py
+says why PyTorch's own do not serve).
 """
 import math
 from typing import NamedTuple, Optional
 
 import torch
+
+from .torch_sparse import coo_tensor, csr_tensor, user_checks
 
 # A COO matrix with more than this many rows per stored entry is hypersparse:
 # its row pointers (O(rows)) would dwarf its entries, so only its non-empty rows
@@ -50,10 +49,10 @@ class CSRView(NamedTuple):
         """A sparse tensor in A's layout with values g at A's stored positions;
         differentiable in g, without densifying, when g carries a graph."""
         if self.coo_indices is not None:
-            return torch.sparse_coo_tensor(self.coo_indices, g, self.shape, is_coalesced=True)
+            return coo_tensor(self.coo_indices, g, self.shape, is_coalesced=True)
         if g.requires_grad:
             return csr_from_values(self.ptr, self.col, g, self.shape)
-        return torch.sparse_csr_tensor(self.ptr, self.col, g, self.shape)
+        return csr_tensor(self.ptr, self.col, g, self.shape)
 
     def to_torch(self) -> torch.Tensor:
         """The (detached) sparse tensor this view holds, in A's layout."""
@@ -161,7 +160,7 @@ def item_rows(X: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------ sparse tensors from values that learn
 def csr_from_values(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size) -> torch.Tensor:
     """torch.sparse_csr_tensor(crow, col, values, size), whose backward into values
-    never densifies; the result remembers `values` (see saved._values_guard)."""
+    never densifies; the result remembers `values` (see saved.values_guard)."""
     A = _CSRFromValues.apply(crow, col, values, tuple(size))
     A._tsgu_values = values
     return A
@@ -179,7 +178,7 @@ class _CSRFromValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, crow, col, values, size):
         ctx.save_for_backward(crow, col)
-        return torch.sparse_csr_tensor(crow, col, values, size)
+        return csr_tensor(crow, col, values, size, check=user_checks())
 
     @staticmethod
     def backward(ctx, grad):
@@ -193,7 +192,7 @@ class _COOFromValues(torch.autograd.Function):
     @staticmethod
     def forward(ctx, indices, values, size, is_coalesced):
         ctx.save_for_backward(indices)
-        return torch.sparse_coo_tensor(indices, values, size, is_coalesced=is_coalesced)
+        return coo_tensor(indices, values, size, is_coalesced=is_coalesced, check=user_checks())
 
     @staticmethod
     def backward(ctx, grad):

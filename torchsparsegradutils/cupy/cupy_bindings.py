@@ -11,6 +11,8 @@ import numpy as np
 import scipy.sparse as nsp
 import torch
 
+from .._core.torch_sparse import coo_tensor, csr_tensor
+
 have_cupy = importlib.util.find_spec("cupy") is not None
 
 if have_cupy:
@@ -76,8 +78,8 @@ def c2t_csr(x_cupy: Any) -> torch.Tensor:
     >>> c2t_csr(nsp.csr_matrix(np.eye(2))).to_dense().tolist()
     [[1.0, 0.0], [0.0, 1.0]]
     """
-    return torch.sparse_csr_tensor(_backend_to_torch(x_cupy.indptr), _backend_to_torch(x_cupy.indices),
-                                   _backend_to_torch(x_cupy.data), tuple(x_cupy.shape))
+    return csr_tensor(_backend_to_torch(x_cupy.indptr), _backend_to_torch(x_cupy.indices),
+                      _backend_to_torch(x_cupy.data), tuple(x_cupy.shape))
 
 
 def t2c_coo(x_torch: torch.Tensor) -> Any:
@@ -109,4 +111,4 @@ def c2t_coo(x_cupy: Any) -> torch.Tensor:
     [[0.0, 1.0], [2.0, 0.0]]
     """
     indices = torch.stack([_backend_to_torch(x_cupy.row), _backend_to_torch(x_cupy.col)]).long()
-    return torch.sparse_coo_tensor(indices, _backend_to_torch(x_cupy.data), tuple(x_cupy.shape))
+    return coo_tensor(indices, _backend_to_torch(x_cupy.data), tuple(x_cupy.shape))

@@ -14,8 +14,10 @@ form                   factor                     matrix
 (LDL^T when ``diagonal`` -- the entries of ``D`` -- is given; ``F`` then holds
 the strictly lower part and the unit diagonal is implicit.  As in the published
 release, a diagonal stored in such an ``F`` adds to the unit one where ``L``
-is only multiplied (sampling, moments of the covariance form); the solves with
-``L`` (``log_prob``, the precision forms) refuse it with a ValueError.)
+is only multiplied: sampling, moments and entropy of the covariance form; the
+solve of its ``log_prob`` refuses it with a ValueError, and so does the
+precision form, whose every use of ``L`` is a solve or pairs with one, at
+construction.)
 
 Every operation works on ``F``'s stored entries only: per sample, ``rsample``
 and ``log_prob`` cost one sparse product or one sparse triangular solve, O(nnz),
@@ -43,7 +45,9 @@ from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
 from .. import _ops
-from .._core.intake import as_csr
+from .._core.intake import as_csr, checked_view
+from .._core.saved import accumulate_batched_csr_grads, values_guard
+from .._core.torch_sparse import coo_tensor
 from .._core.view import entry_rows
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
@@ -60,9 +64,11 @@ def _batch_sparse_mv(op, bmat, bvec, **kwargs):
 
     ``bmat`` ``(n, m)`` takes ``bvec`` ``(..., m)``; a batched ``bmat``
     ``(B, n, m)`` takes ``(..., B, m)`` (item ``b`` of the matrix meets vectors
-    ``[..., b, :]``).  The vectors are gathered into the columns of one dense
-    operand, so ``op`` (``sparse_mm``, ``sparse_triangular_solve`` with its
-    keyword arguments) runs once.  Returns ``(..., n)`` or ``(..., B, n)``.
+    ``[..., b, :]``), and a batch of one, ``(1, n, m)``, any ``(..., m)`` (its one
+    item broadcasts, as in torch.distributions).  The vectors are gathered into
+    the columns of one dense operand, so ``op`` (``sparse_mm``,
+    ``sparse_triangular_solve`` with its keyword arguments) runs once.  Returns
+    ``(..., n)`` or ``(..., B, n)``.
 
     >>> import torch
     >>> from torchsparsegradutils import sparse_mm
@@ -75,6 +81,10 @@ def _batch_sparse_mv(op, bmat, bvec, **kwargs):
         lead, m = bvec.shape[:-1], bvec.shape[-1]
         out = op(bmat, bvec.reshape(-1, m).t(), **kwargs)            # (n, K)
         return out.t().reshape(*lead, out.shape[0])
+    if bmat.dim() == 3 and bmat.shape[0] == 1 and bvec.dim() >= 1:
+        lead, m = bvec.shape[:-1], bvec.shape[-1]
+        out = op(bmat, bvec.reshape(1, -1, m).transpose(1, 2), **kwargs)    # (1, n, K)
+        return out[0].t().reshape(*lead, out.shape[1])
     if bmat.dim() == 3 and bvec.dim() >= 2 and bvec.shape[-2] == bmat.shape[0]:
         lead, (b, m) = bvec.shape[:-2], bvec.shape[-2:]
         out = op(bmat, bvec.reshape(-1, b, m).permute(1, 2, 0), **kwargs)   # (B, n, K)
@@ -122,9 +132,12 @@ def _factor_diagonal(F: torch.Tensor, values: torch.Tensor, pattern: _Pattern) -
 
 
 def _row_square_sums(F: torch.Tensor, values: torch.Tensor, pattern: _Pattern, weight=None) -> torch.Tensor:
-    """``sum_j F_ij^2 w_j`` for every row i, (n,) or (B, n); O(nnz).  ``weight``
-    broadcasts against (B?, n) (the column weights)."""
+    """``sum_j F_ij^2 w_j`` for every row i, (n,) or (B, n); O(nnz) per set of column
+    weights ``weight`` ((n,) or (B', n), broadcasting against F's batch)."""
     sq = values.reshape(-1).square()
+    if weight is not None and F.shape[:-2].numel() == 1:     # one item: every set of weights meets it
+        sq = sq * weight[..., pattern.item_col]
+        return sq.new_zeros(*sq.shape[:-1], F.shape[-1]).index_add(-1, pattern.row, sq)
     if weight is not None:
         sq = sq * weight.expand(F.shape[:-1]).reshape(-1)[pattern.item_col]
     return sq.new_zeros(F.shape[:-1].numel()).index_add(0, pattern.row, sq).reshape(F.shape[:-1])
@@ -149,6 +162,7 @@ def _check_factor(name: str, F, n: int, dtype) -> torch.Tensor:
         raise ValueError(f"{name} must be square with the event size of loc ({n}), got shape {tuple(F.shape)}")
     if F.dtype != dtype:
         raise ValueError(f"{name} must have the dtype of loc ({dtype}), got {F.dtype}")
+    checked_view(F.detach())          # its structure, before coalesce() or any index arithmetic reads it
     if F.layout == torch.sparse_coo and not F.is_coalesced():
         F = F.coalesce()
     return F
@@ -240,6 +254,9 @@ class SparseMultivariateNormal(Distribution):
         self._precision_tril = F if self._is_precision else None
         shapes = [loc.shape[:-1], F.shape[:-2]] + ([diagonal.shape[:-1]] if diagonal is not None else [])
         super().__init__(torch.broadcast_shapes(*shapes), loc.shape[-1:], validate_args=validate_args)
+        if self._is_precision and diagonal is not None and self._pattern.diag.numel():
+            raise ValueError("precision_tril of the LDL^T form (diagonal given) must not store diagonal "
+                             "entries: its unit diagonal is implicit")
         if self._validate_args:
             _check_lower(name, self._pattern)
             if diagonal is not None and not bool((diagonal > 0).all()):
@@ -278,14 +295,25 @@ class SparseMultivariateNormal(Distribution):
         """(F, values): the factor rebuilt on its own ``values()`` and those values.
         Every use of the factor in one call goes through this one ``values()`` node,
         so the call's gradient reaches the user's factor by a single path (PyTorch
-        mis-adds two batched-CSR gradients of one tensor, 2.x)."""
+        mis-adds two batched-CSR gradients of one tensor, 2.x).  Two calls in one
+        graph (``log_prob(x) + entropy()``) are two paths: for a batched CSR factor
+        that is the clear error of _core.saved.accumulate_batched_csr_grads, whose hook
+        also sums the gradients of separate backward passes.  ``values()`` is an
+        alias with a version counter of its own: the rebuilt factor carries the
+        guard of the user's (see _core.saved.save_operand), so that an in-place edit of
+        the tensor F was built from still raises in backward."""
         F = self._factor
         values = F.values()
         if not F.requires_grad:
             return F, values
+        if F.layout == torch.sparse_csr and F.dim() == 3:
+            accumulate_batched_csr_grads(F)
         if F.layout == torch.sparse_coo:
-            return torch.sparse_coo_tensor(F.indices(), values, F.shape, is_coalesced=True), values
-        return sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape), values
+            rebuilt = coo_tensor(F.indices(), values, F.shape, is_coalesced=True)
+        else:
+            rebuilt = sparse_csr_tensor(F.crow_indices(), F.col_indices(), values, F.shape)
+        rebuilt._tsgu_values = values_guard(F)       # None: the ops keep a private copy
+        return rebuilt, values
 
     @property
     def mean(self):
@@ -311,12 +339,15 @@ class SparseMultivariateNormal(Distribution):
         return self._loc + x
 
     def _half_log_det_cov(self, F=None, values=None) -> torch.Tensor:
-        if self._diagonal is None:
+        """log det Sigma / 2: sum log|L_ii| (LL^T), or sum log D_i / 2 (LDL^T), plus
+        sum log|1 + F_ii| where an LDL^T covariance factor stores a diagonal."""
+        D = self._diagonal
+        half = 0.5 * D.log().sum(-1) if D is not None else 0
+        if D is None or self._pattern.diag.numel():
             if F is None:
                 F, values = self._factor_parts()
-            half = _factor_diagonal(F, values, self._pattern).abs().log().sum(-1)
-        else:
-            half = 0.5 * self._diagonal.log().sum(-1)
+            Lii = _factor_diagonal(F, values, self._pattern) + (1 if D is not None else 0)
+            half = half + Lii.abs().log().sum(-1)
         return -half if self._is_precision else half
 
     def log_prob(self, value):

@@ -29,7 +29,8 @@ from typing import Dict, List, Optional, Set, Tuple
 
 import torch
 
-from ..sparse_tensor import sparse_csr_tensor
+from .._core.torch_sparse import coo_tensor
+from ..sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 
 __all__ = ["PairwiseEncoder", "calc_pairwise_coo_indices_nd", "calc_pairwise_coo_indices"]
 
@@ -223,9 +224,10 @@ class PairwiseEncoder(torch.nn.Module):
     Calling it with ``values`` of shape ``(N, C, *S)`` or batched
     ``(B, N, C, *S)`` (float32/float64) returns the matrix ``(V, V)`` or
     ``(B, V, V)``, differentiable in ``values``: the backward scatters the
-    gradient at the stored entries back onto ``values`` (the CSR result is
-    built with :func:`torchsparsegradutils.sparse_csr_tensor`, whose backward
-    never densifies).  Entries whose neighbour falls outside the volume are
+    gradient at the stored entries back onto ``values`` (the result is built
+    with :func:`torchsparsegradutils.sparse_csr_tensor` or
+    :func:`torchsparsegradutils.sparse_coo_tensor`, whose backwards never
+    densify).  Entries whose neighbour falls outside the volume are
     simply not stored, so the matching ``values[k, p]`` are unused.
 
     Examples
@@ -326,22 +328,19 @@ class PairwiseEncoder(torch.nn.Module):
         V = self.volume_numel
         vals = values.reshape(b, -1)[:, self.value_index]           # (b, nnz), in CSR order
         size = (b, V, V) if batched else (V, V)
-        if self.layout == torch.sparse_coo and not vals.requires_grad:
+        if self.layout == torch.sparse_coo:
             if batched:
                 nnz = self.indices.shape[1]
                 item = torch.arange(b, device=self.device).repeat_interleave(nnz)
                 idx = torch.cat([item.unsqueeze(0), self.indices.repeat(1, b)])
             else:
                 idx = self.indices
-            return torch.sparse_coo_tensor(idx, vals.reshape(-1), size, is_coalesced=True)
+            # differentiable: our constructor, whose backward takes a gradient on this
+            # pattern (as sparse_mm gives it) as it is; PyTorch's masks (sorts) it, 7x
+            # the whole call at 10^6 entries
+            make = sparse_coo_tensor if vals.requires_grad else coo_tensor
+            return make(idx, vals.reshape(-1), size, is_coalesced=True)
         crow, col = self.crow_indices, self.col_indices
         if batched:
             crow, col = crow.repeat(b, 1), col.repeat(b, 1)
-        else:
-            vals = vals[0]
-        csr = sparse_csr_tensor(crow, col, vals, size)
-        # A differentiable COO result goes through CSR: PyTorch's COO constructor
-        # differentiates into its values by masking (sorting) the incoming gradient,
-        # 7x the whole call at 10^6 entries; the CSR constructor's backward maps it
-        # straight onto the values.
-        return csr if self.layout == torch.sparse_csr else csr.to_sparse_coo()
+        return sparse_csr_tensor(crow, col, vals if batched else vals[0], size)

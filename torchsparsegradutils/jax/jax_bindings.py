@@ -16,6 +16,7 @@ from jax import dlpack as jax_dlpack
 
 from .. import _backends
 from .._core.intake import as_csr
+from .._core.torch_sparse import coo_tensor, csr_tensor
 
 
 def t2j(x_torch: torch.Tensor) -> jax.Array:
@@ -74,7 +75,7 @@ def j2t_csr(x_jax: Any) -> torch.Tensor:
     >>> j2t_csr(jsparse.CSR.fromdense(jnp.eye(3))).to_dense().diagonal().tolist()
     [1.0, 1.0, 1.0]
     """
-    return torch.sparse_csr_tensor(j2t(x_jax.indptr), j2t(x_jax.indices), j2t(x_jax.data), tuple(x_jax.shape))
+    return csr_tensor(j2t(x_jax.indptr), j2t(x_jax.indices), j2t(x_jax.data), tuple(x_jax.shape))
 
 
 def t2j_coo(x_torch: torch.Tensor) -> "jax.experimental.sparse.COO":
@@ -104,7 +105,7 @@ def j2t_coo(x_jax: Any) -> torch.Tensor:
     [[1.0, 0.0], [0.0, 1.0]]
     """
     indices = torch.stack([j2t(x_jax.row), j2t(x_jax.col)]).long()
-    return torch.sparse_coo_tensor(indices, j2t(x_jax.data), tuple(x_jax.shape))
+    return coo_tensor(indices, j2t(x_jax.data), tuple(x_jax.shape))
 
 
 def spmm_t4j(A: torch.Tensor) -> Callable[[jax.Array], jax.Array]:

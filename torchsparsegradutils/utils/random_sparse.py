@@ -23,6 +23,7 @@ from typing import Callable, Optional, Tuple, Union
 
 import torch
 
+from .._core.torch_sparse import coo_tensor, csr_tensor
 from .utils import convert_coo_to_csr
 
 _LAYOUT_MSG = "Unsupported layout type. It should be either torch.sparse_coo or torch.sparse_csr"
@@ -102,11 +103,11 @@ def _assemble(b, n, m, rows, cols, vals, layout, indices_dtype, squeeze):
         bi = torch.arange(b, device=rows.device).repeat_interleave(k)
         idx = torch.stack([bi, rows.reshape(-1), cols.reshape(-1)])
         size = (b, n, m)
-    A = torch.sparse_coo_tensor(idx, vals.reshape(-1), size, is_coalesced=True)
+    A = coo_tensor(idx, vals.reshape(-1), size, is_coalesced=True)
     if layout == torch.sparse_csr:
         A = convert_coo_to_csr(A)
         crow, col = A.crow_indices().to(indices_dtype), A.col_indices().to(indices_dtype)
-        return torch.sparse_csr_tensor(crow, col, A.values(), size)
+        return csr_tensor(crow, col, A.values(), size)
     return A
 
 
@@ -324,11 +325,10 @@ def make_spd_sparse(n: int, layout: torch.layout, value_dtype: torch.dtype, inde
     off = A.abs().sum(1) - A.diagonal().abs()
     A.diagonal().copy_(torch.maximum(A.diagonal(), off + 1))
     idx = A.nonzero().t()
-    S = torch.sparse_coo_tensor(idx, A[idx[0], idx[1]], (n, n), is_coalesced=True)
+    S = coo_tensor(idx, A[idx[0], idx[1]], (n, n), is_coalesced=True)
     if layout == torch.sparse_csr:
         S = convert_coo_to_csr(S)
-        S = torch.sparse_csr_tensor(S.crow_indices().to(index_dtype), S.col_indices().to(index_dtype),
-                                    S.values(), (n, n))
+        S = csr_tensor(S.crow_indices().to(index_dtype), S.col_indices().to(index_dtype), S.values(), (n, n))
     else:
-        S = torch.sparse_coo_tensor(idx.to(index_dtype), S.values(), (n, n)).coalesce()
+        S = coo_tensor(idx.to(index_dtype), S.values(), (n, n)).coalesce()
     return S, A

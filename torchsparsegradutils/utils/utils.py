@@ -9,6 +9,7 @@ from typing import List, Sequence, Tuple
 import torch
 
 from .._core.view import entry_rows
+from .._core.torch_sparse import coo_tensor, csr_tensor
 
 _LAYOUTS = (torch.sparse_coo, torch.sparse_csr)
 
@@ -37,13 +38,13 @@ def sparse_eye(size: Tuple[int, ...], *, layout: torch.layout = torch.sparse_coo
             bi = torch.arange(b, device=device, dtype=indices_dtype).repeat_interleave(n)
             idx = torch.stack([bi, ar.repeat(b), ar.repeat(b)])
         vals = torch.ones(idx.shape[1], dtype=values_dtype, device=device)
-        out = torch.sparse_coo_tensor(idx, vals, size, is_coalesced=True)
+        out = coo_tensor(idx, vals, size, is_coalesced=True)
     else:
         crow = torch.arange(n + 1, device=device, dtype=indices_dtype)
         vals = torch.ones(n, dtype=values_dtype, device=device)
         if b is not None:
             crow, ar, vals = crow.repeat(b, 1), ar.repeat(b, 1), vals.repeat(b, 1)
-        out = torch.sparse_csr_tensor(crow, ar, vals, size)
+        out = csr_tensor(crow, ar, vals, size)
     return out.requires_grad_(requires_grad)
 
 
@@ -83,7 +84,7 @@ def sparse_block_diag(*sparse_tensors: torch.Tensor) -> torch.Tensor:
         idx = torch.cat([p.indices() + torch.tensor([[r], [c]], device=p.device)
                          for p, r, c in zip(parts, r_off, c_off)], dim=1)
         vals = torch.cat([p.values() for p in parts])
-        return torch.sparse_coo_tensor(idx, vals, size, is_coalesced=True)
+        return coo_tensor(idx, vals, size, is_coalesced=True)
     crows, cols_, vals, nnz = [], [], [], 0
     for k, t in enumerate(sparse_tensors):
         crow = t.crow_indices()
@@ -91,7 +92,7 @@ def sparse_block_diag(*sparse_tensors: torch.Tensor) -> torch.Tensor:
         cols_.append(t.col_indices() + c_off[k])
         vals.append(t.values())
         nnz += t.values().numel()
-    return torch.sparse_csr_tensor(torch.cat(crows), torch.cat(cols_), torch.cat(vals), size)
+    return csr_tensor(torch.cat(crows), torch.cat(cols_), torch.cat(vals), size)
 
 
 def sparse_block_diag_split(sparse_block_diag_tensor: torch.Tensor,
@@ -124,11 +125,11 @@ def sparse_block_diag_split(sparse_block_diag_tensor: torch.Tensor,
         s, e = starts[k], starts[k + 1]
         r, c, v = row[s:e] - r_bounds[k], col[s:e] - c_bounds[k], vals[s:e]
         if layout == torch.sparse_coo:
-            out.append(torch.sparse_coo_tensor(torch.stack([r, c]), v, (nr, nc), is_coalesced=True))
+            out.append(coo_tensor(torch.stack([r, c]), v, (nr, nc), is_coalesced=True))
         else:
             crow = torch.zeros(nr + 1, dtype=A.crow_indices().dtype, device=row.device)
             crow[1:] = torch.bincount(r, minlength=nr).cumsum(0)
-            out.append(torch.sparse_csr_tensor(crow, c.to(crow.dtype), v, (nr, nc)))
+            out.append(csr_tensor(crow, c.to(crow.dtype), v, (nr, nc)))
     return tuple(out)
 
 
@@ -151,7 +152,7 @@ def stack_csr(tensors: List[torch.Tensor], dim: int = 0) -> torch.Tensor:
     crow = torch.stack([t.crow_indices() for t in tensors])
     col = torch.stack([t.col_indices() for t in tensors])
     vals = torch.stack([t.values() for t in tensors])
-    return torch.sparse_csr_tensor(crow, col, vals, (len(tensors),) + tuple(tensors[0].shape))
+    return csr_tensor(crow, col, vals, (len(tensors),) + tuple(tensors[0].shape))
 
 
 def convert_coo_to_csr(sparse_coo_tensor: torch.Tensor) -> torch.Tensor:
@@ -169,7 +170,7 @@ def convert_coo_to_csr(sparse_coo_tensor: torch.Tensor) -> torch.Tensor:
     if A.dim() == 2:
         crow = torch.zeros(n + 1, dtype=torch.int64, device=idx.device)
         crow[1:] = torch.bincount(idx[0], minlength=n).cumsum(0)
-        return torch.sparse_csr_tensor(crow.to(itype), idx[1].to(itype), vals, A.shape)
+        return csr_tensor(crow.to(itype), idx[1].to(itype), vals, A.shape)
     b = A.shape[0]
     per = torch.bincount(idx[0], minlength=b)
     if b and bool((per != per[0]).any()):
@@ -177,7 +178,7 @@ def convert_coo_to_csr(sparse_coo_tensor: torch.Tensor) -> torch.Tensor:
     crow = torch.zeros(b, n + 1, dtype=torch.int64, device=idx.device)
     crow[:, 1:] = torch.bincount(idx[0] * n + idx[1], minlength=b * n).reshape(b, n).cumsum(1)
     k = int(per[0]) if b else 0
-    return torch.sparse_csr_tensor(crow.to(itype), idx[2].reshape(b, k).to(itype), vals.reshape(b, k), A.shape)
+    return csr_tensor(crow.to(itype), idx[2].reshape(b, k).to(itype), vals.reshape(b, k), A.shape)
 
 
 def _sort_coo_indices(indices: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:

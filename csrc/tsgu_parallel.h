@@ -1,0 +1,23 @@
+/* tsgu_parallel.h: running a kernel's work on threads (parallel_rows.c). */
+#ifndef TSGU_PARALLEL_H
+#define TSGU_PARALLEL_H
+
+#include "tsgu.h"
+
+#define TSGU_MAX_THREADS 256
+/* Run fn(ctx, t) for t in [0, T) on T threads; first non-zero status in task order. */
+typedef int (*tsgu_task_fn)(void *ctx, int64_t t);
+int tsgu_parallel_tasks(int64_t T, tsgu_task_fn fn, void *ctx);
+/* Split the global rows [0, batch*nrows) into T <= nthreads contiguous chunks of
+ * about equal cost (entries*work_per_entry + rows); chunk t is
+ * [bounds[t], bounds[t+1]).  Returns T; bounds needs TSGU_MAX_THREADS+1 slots. */
+int64_t tsgu_split_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads, int64_t *bounds);
+/* Run fn over those chunks on threads; first non-zero status any chunk returned. */
+typedef int (*tsgu_rows_fn)(void *ctx, int64_t r0, int64_t r1);
+int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
+                       tsgu_rows_fn fn, void *ctx);
+/* the same with each row costing work_per_row besides its entries */
+int tsgu_parallel_rows_weighted(const tsgu_csr *A, int64_t work_per_entry, int64_t work_per_row, int nthreads,
+                                tsgu_rows_fn fn, void *ctx);
+
+#endif
