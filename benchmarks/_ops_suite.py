@@ -1,12 +1,14 @@
-"""The driver shared by benchmarks/indexed_matmul.py and benchmarks/sparse_logsumexp.py.
+"""The driver shared by benchmarks/indexed_matmul.py, benchmarks/sparse_logsumexp.py and
+benchmarks/reduce.py.
 
-Every method runs in a _ops_worker.py subprocess: ours and the plain-PyTorch
-formulation with this interpreter, the published release with its venv's
-(created by benchmarks/sparse_mm.py's ensure_published), each case's peak
-memory in a fresh process.  Results go to ``<out>/<name>_<mode>.json`` and
-``.md``: medians of forward, backward and forward+backward, the ratios of ours
-to the published release and to the plain formulation, and peak memory
-against the necessary amount (output + gradients).  Timings are never asserted.
+Every method runs in a _ops_worker.py subprocess: ours and the PyTorch
+formulations with this interpreter, the published release (where the op has one)
+with its venv's (created by benchmarks/sparse_mm.py's ensure_published), each
+case's peak memory in a fresh process.  Results go to ``<out>/<name>_<mode>.json``
+and ``.md`` (and with plot, ``.png``): medians of forward, backward and
+forward+backward, the ratios of the compared methods' times to ours, and peak
+memory against the necessary amount (output + gradients).  Timings are never
+asserted.
 """
 import argparse
 import json
@@ -14,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from .sparse_mm import background_load, ensure_published, machine_info
 
@@ -58,9 +60,12 @@ def _row_line(row: dict) -> str:
     return head + f" fwd {_ms(t['fwd'])} ms  bwd {_ms(t['bwd'])} ms  fwd+bwd {_ms(t['fwdbwd'])} ms  {ok}"
 
 
-def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], argv=None) -> int:
+def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], argv=None,
+         compare: Sequence[str] = ("published", "plain"), published: bool = True, plot: bool = False) -> int:
     """Run the grid of `grids[mode]` (cases: op, label, params) for the methods `local`
-    and the published release; write <name>_<mode>.json / .md under --out."""
+    and (`published`: the op is in the release) the published release; write
+    <name>_<mode>.json / .md (and with `plot` a .png) under --out, with the times of
+    the methods `compare` over ours (local[0])."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, about 30 s")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -71,6 +76,8 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     ap.add_argument("--no-published", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     args = ap.parse_args(argv)
+    if not published:
+        args.no_published = True
     mode = "quick" if args.quick else "full"
     cases = [dict(c, id=i) for i, c in enumerate(grids[mode])]
     t0 = time.time()
@@ -79,7 +86,7 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     print(f"{name} benchmarks ({mode}): {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, "
           f"other load {machine['background_cpus_busy_start']:.2f} CPUs", flush=True)
     if args.no_published:
-        pub_py, pub_msg = None, "disabled with --no-published"
+        pub_py, pub_msg = None, "disabled with --no-published" if published else "the release has no such op"
     else:
         pub_py, pub_msg = ensure_published(os.path.abspath(args.venv), create=(mode == "full" or args.setup_published))
     print(f"published release: {pub_msg if pub_py else 'unavailable: ' + pub_msg}", flush=True)
@@ -106,17 +113,17 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
                 r = recs[(row["case"], row["method"])]
                 r.update({k: v for k, v in row.items() if k not in ("case", "method", "traceback")})
                 r["module_file"] = out["module_file"]
-    if not pub_py:
+    if not pub_py and published:
         for case in cases:
             recs[(case["id"], "published")] = {"case": case["id"], "label": case["label"], "op": case["op"],
                                                "params": case["params"], "method": "published",
                                                "unavailable": pub_msg}
     machine["background_cpus_busy_end"] = background_load()
     results = list(recs.values())
-    summary = ratios(results, local[0])
+    summary = ratios(results, local[0], compare)
     out_doc = {"name": name, "mode": mode, "machine": machine, "published": {"available": bool(pub_py),
                "detail": pub_msg}, "threads": args.threads, "reps": job["reps"], "elapsed_s": time.time() - t0,
-               "cases": cases, "results": results, "ratios": summary}
+               "cases": cases, "results": results, "compare": list(compare), "ratios": summary}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{name}_{mode}")
     with open(stem + ".json", "w") as f:
@@ -126,7 +133,9 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
         f.write(text)
     print()
     print(text)
-    print(f"wrote {stem}.json, {stem}.md (run took {time.time() - t0:.0f} s)")
+    wrote = [stem + ".json", stem + ".md"] + ([p for p in [plot_times(out_doc, local, stem + ".png")] if p]
+                                             if plot else [])
+    print(f"wrote {', '.join(wrote)} (run took {time.time() - t0:.0f} s)")
     return 0
 
 
@@ -135,8 +144,9 @@ def _median(r: dict, phase: str) -> Optional[float]:
     return t["median_s"] if isinstance(t, dict) and r.get("check", {}).get("ok") else None
 
 
-def ratios(results: List[dict], ours: str) -> List[dict]:
-    """Per case: fwd+bwd (and fwd) time of the others over ours, and ours' peak over necessary."""
+def ratios(results: List[dict], ours: str, compare: Sequence[str]) -> List[dict]:
+    """Per case: fwd+bwd (and fwd) time of the methods `compare` over ours, and ours' peak
+    over necessary."""
     by_case: Dict[int, Dict[str, dict]] = {}
     for r in results:
         by_case.setdefault(r["case"], {})[r["method"]] = r
@@ -144,7 +154,7 @@ def ratios(results: List[dict], ours: str) -> List[dict]:
     for cid, ms in sorted(by_case.items()):
         mine = ms.get(ours, {})
         row = {"case": cid, "label": mine.get("label", "")}
-        for other in ("published", "plain"):
+        for other in compare:
             for phase in ("fwdbwd", "fwd"):
                 a, b = _median(mine, phase), _median(ms.get(other, {}), phase)
                 row[f"{other}_over_ours_{phase}"] = b / a if a and b else None
@@ -181,12 +191,43 @@ def markdown(doc: dict, local: List[str]) -> str:
         need = f"{mem['necessary_bytes'] / 1e6:.0f}" if mem else "-"
         lines.append(f"| {r['label']} | {r['method']} | {_ms(t.get('fwd'))} | {_ms(t.get('bwd'))} | "
                      f"{_ms(t.get('fwdbwd'))} | {peak} | {need} | {check} |")
+    compare = doc.get("compare", ["published", "plain"])
     lines += ["", f"Ratios (time of the other method / time of `{local[0]}`; peak memory of `{local[0]}` "
-              "over output + gradients):", "",
-              "| case | published fwd+bwd | published fwd | plain fwd+bwd | plain fwd | ours peak / necessary |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "over what must exist: output + gradients):", "",
+              "| case | " + " | ".join(f"{c} fwd+bwd | {c} fwd" for c in compare) + " | ours peak / necessary |",
+              "|---|" + "---:|---:|" * len(compare) + "---:|"]
     for r in doc["ratios"]:
-        lines.append(f"| {r['label']} | {_x(r['published_over_ours_fwdbwd'])} | {_x(r['published_over_ours_fwd'])} | "
-                     f"{_x(r['plain_over_ours_fwdbwd'])} | {_x(r['plain_over_ours_fwd'])} | "
-                     f"{_x(r['ours_peak_over_necessary'])} |")
+        cells = " | ".join(f"{_x(r[f'{c}_over_ours_fwdbwd'])} | {_x(r[f'{c}_over_ours_fwd'])}" for c in compare)
+        lines.append(f"| {r['label']} | {cells} | {_x(r['ours_peak_over_necessary'])} |")
     return "\n".join(lines) + "\n"
+
+
+def plot_times(doc: dict, local: List[str], path: str) -> Optional[str]:
+    """Forward and forward+backward medians per case, one bar per method (log scale), as
+    a PNG at path; None without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (pip install matplotlib, or the project's [bench] extra): no plot")
+        return None
+    labels = [c["label"] for c in doc["cases"]]
+    by = {(r["case"], r["method"]): r for r in doc["results"]}
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(labels)), 4.5), sharey=True)
+    width = 0.8 / len(local)
+    for ax, phase, title in zip(axes, ("fwd", "fwdbwd"), ("forward", "forward + backward")):
+        for k, method in enumerate(local):
+            ts = [_median(by.get((c["id"], method), {}), phase) for c in doc["cases"]]
+            ax.bar([i + k * width for i in range(len(labels))], [t * 1e3 if t else 0 for t in ts], width,
+                   label=method)
+        ax.set_xticks([i + width * (len(local) - 1) / 2 for i in range(len(labels))])
+        ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(f"{title}: median ms, {doc['threads']} threads", fontsize=10)
+    axes[0].set_ylabel("ms")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

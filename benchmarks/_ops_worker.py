@@ -1,5 +1,6 @@
-"""Cases, methods, references and the worker of the gather_mm / segment_mm and
-sparse_logsumexp benchmarks (benchmarks/indexed_matmul.py, benchmarks/sparse_logsumexp.py).
+"""Cases, methods, references and the worker of the gather_mm / segment_mm,
+sparse_logsumexp and sparse_mm reduce benchmarks (benchmarks/indexed_matmul.py,
+benchmarks/sparse_logsumexp.py, benchmarks/reduce.py).
 
 Like _harness.py this file needs torch only, and runs as a subprocess worker:
 ``python -I benchmarks/_ops_worker.py`` reads one JSON job on stdin and prints
@@ -13,7 +14,10 @@ reps, threads, and repo (put first on sys.path: the repository whose
 ``torchsparsegradutils`` is "ours"; absent for the published release).  Methods: "ours", "ours COO" (logsumexp on a torch COO tensor),
 "published" (whatever ``torchsparsegradutils`` this interpreter imports) and
 "plain" (the same op in plain PyTorch: torch.bmm over padded segments for the
-products, scatter_reduce / scatter_add for log-sum-exp).
+products, scatter_reduce / scatter_add for log-sum-exp); for sparse_mm_reduce,
+"ours" and "torch CSR" (torch.sparse.mm(A, B, reduce)) on a leaf CSR tensor, and
+"scatter" (index_select of B's rows times the values, scatter_reduce by row: what
+GNN code falls back to).
 """
 import importlib.util
 import json
@@ -35,6 +39,7 @@ def _load(name):
 
 
 H = _load("_harness")
+M = _load("_matrices")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -45,6 +50,8 @@ def make_inputs(op: str, params: dict) -> dict:
     Log-sum-exp: an n x m COO/CSR pattern with `per_row` entries per row at uniform
     random columns (coalesced), values N(0, 1), float32."""
     gen = torch.Generator().manual_seed(0)
+    if op == "sparse_mm_reduce":
+        return _reduce_inputs(params, gen)
     if op in ("gather_mm", "segment_mm"):
         N, R, D1, D2 = params["N"], params["R"], params["D1"], params["D2"]
         rel = torch.randint(0, R, (N,), generator=gen)
@@ -67,8 +74,22 @@ def make_inputs(op: str, params: dict) -> dict:
             else torch.randn(out_numel, generator=gen)}
 
 
+def _reduce_inputs(params: dict, gen: torch.Generator) -> dict:
+    """sparse_mm reduce: an n x n pattern of _matrices ("uniform" or "powerlaw", per_row
+    entries per row on average), values N(0, 1), B and G (n, p), float32."""
+    idx, shape = M.pattern(M.MatrixSpec(params["graph"], params["n"], params["n"], per_row=params["per_row"]))
+    values = torch.randn(idx.shape[1], generator=gen)
+    csr = torch.sparse_coo_tensor(idx, values, shape, is_coalesced=True).to_sparse_csr()
+    return {"csr": csr, "rows": idx[0], "cols": idx[1], "values": values,
+            "B": torch.randn(shape[1], params["p"], generator=gen), "G": torch.randn(shape[0], params["p"], generator=gen)}
+
+
 def necessary_bytes(op: str, params: dict, inp: dict) -> int:
-    """Output + gradients: what a forward+backward must hold at its end."""
+    """Output + gradients: what a forward+backward must hold at its end (for amax/amin
+    also the arg of each output element, int32: the one temporary they need)."""
+    if op == "sparse_mm_reduce":
+        arg = inp["G"].numel() if params["reduce"] in ("amax", "amin") else 0
+        return 4 * (inp["G"].numel() + inp["values"].numel() + inp["B"].numel() + arg)
     if op in ("gather_mm", "segment_mm"):
         return 4 * (inp["G"].numel() + inp["a"].numel() + inp["b"].numel())
     return 4 * (inp["G"].numel() + inp["values"].numel())
@@ -110,8 +131,33 @@ def _plain_lse(values, group, ngroups, full):
     return shift + (s + (full - count) * (-shift).exp()).log()
 
 
+def _scatter_reduce(values, B, rows, cols, n, reduce):
+    """A @ B with reduce, the scatter formulation: the nnz x p products of the entries with
+    their rows of B, reduced by row (a row without entries stays 0)."""
+    P = values.unsqueeze(1) * B.index_select(0, cols)
+    out = torch.zeros(n, B.shape[1], dtype=P.dtype)
+    return out.scatter_reduce(0, rows.unsqueeze(1).expand(-1, B.shape[1]), P, reduce, include_self=False)
+
+
+def _prepare_reduce(method: str, params: dict, inp: dict):
+    reduce, n, B = params["reduce"], inp["G"].shape[0], _leaf(inp["B"])
+    if method == "scatter":
+        fn = lambda v, B: _scatter_reduce(v, B, inp["rows"], inp["cols"], n, reduce)  # noqa: E731
+        return H.Prepared([_leaf(inp["values"]), B], fn, lambda g: list(g))
+    if method == "ours":
+        import torchsparsegradutils as tsgu
+        fn = lambda A, B: tsgu.sparse_mm(A, B, reduce)  # noqa: E731
+    elif method == "torch CSR":
+        fn = lambda A, B: torch.sparse.mm(A, B, reduce)  # noqa: E731
+    else:
+        raise H.Skip(f"no method {method} for sparse_mm_reduce")
+    return H.Prepared([inp["csr"].detach().requires_grad_(True), B], fn, lambda g: [g[0].values(), g[1]])
+
+
 def prepare(method: str, op: str, params: dict, inp: dict):
     """A harness Prepared: the leaves, the function of them, and the gradients to check."""
+    if op == "sparse_mm_reduce":
+        return _prepare_reduce(method, params, inp)
     if op in ("gather_mm", "segment_mm"):
         a, b = _leaf(inp["a"]), _leaf(inp["b"])
         groups = inp["idx_b"] if op == "gather_mm" else inp["seglen_a"]
@@ -159,6 +205,10 @@ def prepare(method: str, op: str, params: dict, inp: dict):
 def reference(op: str, params: dict, inp: dict) -> dict:
     """Output and gradients in float64: per-relation products on masked rows (a loop
     over R, for the reference only); log-sum-exp from its definition with scatter ops."""
+    if op == "sparse_mm_reduce":        # the scatter formulation in float64 (random values: no ties)
+        v, B = inp["values"].double().requires_grad_(True), inp["B"].double().requires_grad_(True)
+        out = _scatter_reduce(v, B, inp["rows"], inp["cols"], inp["G"].shape[0], params["reduce"])
+        return {"out": out.detach(), "grads": list(torch.autograd.grad(out, (v, B), inp["G"].double()))}
     if op in ("gather_mm", "segment_mm"):
         rel = inp["idx_b"] if op == "gather_mm" else inp["rel_sorted"]
         a, b, G = inp["a"].double(), inp["b"].double(), inp["G"].double()

@@ -117,6 +117,10 @@ PyObject *py_sddmm(PyObject *self, PyObject *args);
 PyObject *py_csr_check(PyObject *self, PyObject *args);
 PyObject *py_csr_transpose(PyObject *self, PyObject *args);
 PyObject *py_coo_row_ptr(PyObject *self, PyObject *args);
+/* glue_reduce.c: sparse_mm's amax/amin kernels */
+PyObject *py_spmm_arg(PyObject *self, PyObject *args);
+PyObject *py_spmm_t_arg(PyObject *self, PyObject *args);
+PyObject *py_sddmm_arg(PyObject *self, PyObject *args);
 /* glue_solve.c: solves */
 PyObject *py_trisolve(PyObject *self, PyObject *args);
 PyObject *py_cg(PyObject *self, PyObject *args);

@@ -4,20 +4,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- spmm(ptr, col, val, batch, n, m, B, C, nthreads) ----
+/* ---- spmm(ptr, col, val, batch, n, m, B, C, nthreads[, mean]) ----
  * C[k] = A[k] @ B[k]; A is batch x n x m, B (batch, m, p), C (batch, n, p).
- * ---- spmm_t(ptr, col, val, batch, n, m, G, out, nthreads) ----
- * out[k] = A[k]^T @ G[k]; G (batch, n, p), out (batch, m, p). */
+ * ---- spmm_t(ptr, col, val, batch, n, m, G, out, nthreads[, mean]) ----
+ * out[k] = A[k]^T @ G[k]; G (batch, n, p), out (batch, m, p).
+ * With mean (reduce="mean"), A is D^-1 A: each row divided by its entry count. */
 static PyObject *spmm_either(PyObject *args, int transposed)
 {
     PyObject *o[5];
     long long batch, n, m;
-    int nthreads, status;
+    int nthreads, status, mean = 0;
     call c = {0};
     tsgu_csr A;
     tsgu_dense X, Y;
-    if (!PyArg_ParseTuple(args, "OOOLLLOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
-                          &nthreads))
+    if (!PyArg_ParseTuple(args, "OOOLLLOOi|p", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
+                          &nthreads, &mean))
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "values", transposed ? "grad" : "B", "out"};
     const held *h = c.t;
@@ -26,6 +27,7 @@ static PyObject *spmm_either(PyObject *args, int transposed)
         make_dense(&h[4], batch, transposed ? m : n, last_dim(&h[4]), A.rtype, &Y) ||
         need_contiguous(&h[4]))
         return finish(&c, -1);
+    A.row_mean = mean;
     Py_BEGIN_ALLOW_THREADS
     status = transposed ? tsgu_spmm_t(&A, &X, &Y, nthreads) : tsgu_spmm(&A, &X, &Y, nthreads);
     Py_END_ALLOW_THREADS
@@ -110,19 +112,20 @@ PyObject *py_spmm_coo(PyObject *self, PyObject *args)
     return PyBool_FromLong(sorted);
 }
 
-/* ---- sddmm(ptr, col, batch, n, m, G, B, out, nthreads) ----
- * out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry (k, i, j). */
+/* ---- sddmm(ptr, col, batch, n, m, G, B, out, nthreads[, mean]) ----
+ * out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry (k, i, j), divided by the
+ * entry count of row i with mean (reduce="mean"). */
 PyObject *py_sddmm(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *o[5];
     long long batch, n, m;
-    int nthreads, status;
+    int nthreads, status, mean = 0;
     call c = {0};
     tsgu_csr A;
     tsgu_dense G, B;
-    if (!PyArg_ParseTuple(args, "OOLLLOOOi", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
-                          &nthreads))
+    if (!PyArg_ParseTuple(args, "OOLLLOOOi|p", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
+                          &nthreads, &mean))
         return NULL;
     const char *names[5] = {"crow_indices", "col_indices", "grad", "B", "out"};
     const held *h = c.t;
@@ -131,6 +134,7 @@ PyObject *py_sddmm(PyObject *self, PyObject *args)
         make_dense(&h[2], batch, n, last_dim(&h[2]), A.rtype, &G) ||
         make_dense(&h[3], batch, m, last_dim(&h[2]), A.rtype, &B))
         return finish(&c, -1);
+    A.row_mean = mean;
     Py_BEGIN_ALLOW_THREADS
     status = tsgu_sddmm(&A, &G, &B, (void *)A.val, nthreads);
     Py_END_ALLOW_THREADS

@@ -135,6 +135,10 @@ static const struct {
                                "than the number of relations, segment offsets do not run "
                                "from 0 to the number of rows, or a row order is not a "
                                "permutation of the rows"},
+    [TSGU_EARG] = {"EARG", "malformed arg of reduce='amax'/'amin': an index is neither -1 nor "
+                           "the offset of an entry in its row"},
+    [TSGU_EROW_LONG] = {"EROW_LONG", "reduce='amax'/'amin' takes rows of fewer than 2^31 entries "
+                                     "(their arg indices are int32)"},
 };
 #define N_STATUS ((int)(sizeof status_table / sizeof status_table[0]))
 
@@ -232,11 +236,15 @@ static PyMethodDef methods[] = {
      "status_messages() -> {name: message}: the ValueError message of each kernel status (tsgu.h, no TSGU_)"},
     {"use_exchange_api", py_use_exchange_api, METH_O,
      "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
-    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads)"},
-    {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads)"},
+    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads[, mean])"},
+    {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads[, mean])"},
     {"spmm_coo", py_spmm_coo, METH_VARARGS,
      "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
-    {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads)"},
+    {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads[, mean])"},
+    {"spmm_arg", py_spmm_arg, METH_VARARGS,
+     "spmm_arg(crow, col, values, batch, n, m, B, out, arg_or_None, is_min, nthreads)"},
+    {"spmm_t_arg", py_spmm_t_arg, METH_VARARGS, "spmm_t_arg(crow, col, values, batch, n, m, arg, grad, out, nthreads)"},
+    {"sddmm_arg", py_sddmm_arg, METH_VARARGS, "sddmm_arg(crow, col, batch, n, m, arg, grad, B, out, nthreads)"},
     {"csr_check", py_csr_check, METH_VARARGS, "csr_check(crow, col, batch, n, m, nthreads): raises if malformed"},
     {"csr_transpose", py_csr_transpose, METH_VARARGS,
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},

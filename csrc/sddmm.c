@@ -1,6 +1,7 @@
 #ifndef TSGU_IN_TEMPLATE
 /* sddmm.c: sampled dense-dense product, the gradient of C = A*B w.r.t. A's values
  *     out[e] = dot(G[k][i,:], B[k][j,:])   for every stored entry e = (k, i, j)
+ * divided by the number of entries of row i for A.row_mean (reduce="mean").
  * Row by row, so G[k][i,:] stays in cache while the B rows are gathered; no
  * n x m and no nnz x p temporary (for 16-bit values, one float row: G[k][i,:]
  * widened; the dot is summed in float and rounded once).  The dot uses a fixed
@@ -59,6 +60,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
     const real_t *Gx = x->G->data, *Bx = x->B->data;
     real_t *out = x->out;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
+    const int mean = A->row_mean;
     int64_t bsg = x->G->bstride, ldg = x->G->rstride, bsb = x->B->bstride, ldb = x->B->rstride;
     const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t r = r0; r < r1; r++) {
@@ -66,13 +68,15 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const acc_t *g = TSGU_FN(widened)(Gx + k * bsg + i * ldg, gw, p);
         const real_t *Bk = Bx + k * bsb;
+        const acc_t count = mean ? (acc_t)(end - start) : 1;
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
             if (e + ahead < nnz) TSGU_PREFETCH_ROW(Bk, Aj[e + ahead], m, ldb, 0, p); /* B row soon */
-            out[e] = TSGU_STORE(TSGU_FN(dot)(g, Bk + j * ldb, p));
+            acc_t d = TSGU_FN(dot)(g, Bk + j * ldb, p);
+            out[e] = TSGU_STORE(mean ? d / count : d);
         }
     }
     return TSGU_OK;

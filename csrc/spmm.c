@@ -1,9 +1,10 @@
 #ifndef TSGU_IN_TEMPLATE
 /* spmm.c: sparse times dense, C = A*B, for each item k of a batch
  *     C[k][i,:] = sum_e A.val[e] * B[k][A.col[e],:]   (e over the entries of row i)
- * Each output row is summed by one thread in entry order, so the result does
- * not depend on the thread count; 16-bit values are summed in float and
- * rounded once. */
+ * and with A.row_mean (reduce="mean") that sum divided by the row's number of
+ * entries (0 for an empty row).  Each output row is summed by one thread in
+ * entry order, so the result does not depend on the thread count; 16-bit
+ * values are summed in float and rounded once. */
 #include "tsgu.h"
 #include "tsgu_advise.h"
 #include "tsgu_parallel.h"
@@ -55,6 +56,10 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_block)(const spmm_ctx *x, int6
         const acc_t a = TSGU_LOAD(Ax[e]);
         const real_t *restrict b = Bk + j * ldb + t0;
         for (int64_t t = 0; t < w; t++) acc[t] += a * TSGU_LOAD(b[t]);   /* acc += a * B[j,:] */
+    }
+    if (x->A->row_mean && end > start) {
+        const acc_t count = (acc_t)(end - start);
+        for (int64_t t = 0; t < w; t++) acc[t] /= count;
     }
     for (int64_t t = 0; t < w; t++) c[t0 + t] = TSGU_STORE(acc[t]);
     return TSGU_OK;

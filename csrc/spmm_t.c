@@ -1,6 +1,7 @@
 #ifndef TSGU_IN_TEMPLATE
 /* spmm_t.c: transposed sparse times dense, out = A^T*G, for each item k of a batch
  *     out[k][j,:] = sum_i A[k][i,j] * G[k][i,:]
+ * with A[k][i,j] / (entries of row i) for A.row_mean (reduce="mean": D^-1 A)
  * (grad_B of C = A*B), with no transpose built and no atomics: thread t owns the
  * global out rows k*m + j in [R*t/T, R*(t+1)/T), R = batch*m -- whole items of a
  * batch, a range of columns of a single matrix -- walks the entries of the items
@@ -57,6 +58,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_item)(const spmm_t_ctx *x, i
     const real_t *Ax = A->val;
     const real_t *Gk = (const real_t *)x->G->data + k * x->G->bstride;
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz, ldg = x->G->rstride;
+    const int mean = A->row_mean;
     const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(acc_t));
     for (int64_t j = j0; j < j1; j++)             /* sums start at zero */
         for (int64_t t = 0; t < p; t++) S[(j - j0) * lds + t] = 0;
@@ -73,7 +75,8 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_t_item)(const spmm_t_ctx *x, i
             if (jn >= j0 && jn < j1) TSGU_PREFETCH_ROW(S, jn - j0, j1 - j0, lds, 0, p); /* own row soon */
             if (j < j0 || j >= j1) continue;      /* another thread's row */
             if (!g) g = TSGU_FN(widened)(Gk + i * ldg, gw, p);
-            const acc_t a = TSGU_LOAD(Ax[e]), *restrict gi = g;
+            const acc_t a = mean ? TSGU_LOAD(Ax[e]) / (acc_t)(end - start) : TSGU_LOAD(Ax[e]);
+            const acc_t *restrict gi = g;
             acc_t *restrict s = S + (j - j0) * lds;
             for (int64_t t = 0; t < p; t++) s[t] += a * gi[t];   /* out[j,:] += a * G[i,:] */
         }

@@ -34,11 +34,14 @@ enum {
     TSGU_ETRI_SIDE = 8,  /* triangular solve: an entry on the wrong side of the diagonal */
     TSGU_EDIAG_ZERO = 9, /* triangular solve: a diagonal entry is zero or not stored */
     TSGU_EDIAG_UNIT = 10, /* triangular solve: unitriangular, yet a diagonal entry is stored */
-    TSGU_EGROUP = 11      /* grouped rows: a group index, offset or row out of range */
+    TSGU_EGROUP = 11,     /* grouped rows: a group index, offset or row out of range */
+    TSGU_EARG = 12,       /* amax/amin: an arg index names no entry of its row */
+    TSGU_EROW_LONG = 13   /* amax/amin: a row holds 2^31 entries or more (arg indices are int32) */
 };
 
 /* value types; the 16-bit ones (stored as uint16_t, summed in float, see
- * tsgu_half.h) only for the kernels of sparse_mm: spmm, spmm_t, sddmm */
+ * tsgu_half.h) only for the kernels of sparse_mm: spmm, spmm_t, sddmm and
+ * their amax/amin forms spmm_arg, spmm_t_arg, sddmm_arg */
 typedef enum { TSGU_F32 = 0, TSGU_F64 = 1, TSGU_F16 = 2, TSGU_BF16 = 3 } tsgu_real;
 typedef enum { TSGU_I32 = 0, TSGU_I64 = 1 } tsgu_index; /* index types */
 
@@ -54,6 +57,8 @@ typedef struct {
     const void *val;      /* value of each entry; NULL for pattern-only kernels */
     tsgu_index itype;     /* type of ptr and col */
     tsgu_real rtype;      /* type of val */
+    int row_mean;         /* 1: the matrix is D^-1 A, each row's values divided by its number of
+                           * entries (reduce="mean"; spmm, spmm_t and sddmm read it), else 0 */
 } tsgu_csr;
 
 typedef struct {
@@ -84,6 +89,15 @@ int tsgu_spmm_t(const tsgu_csr *A, const tsgu_dense *G, tsgu_dense *out, int nth
 int tsgu_sddmm(const tsgu_csr *A, const tsgu_dense *G, const tsgu_dense *B, void *out,
                int nthreads);
 int tsgu_csr_transpose(const tsgu_csr *A, void *tptr, void *trow, void *tperm, int nthreads);
+/* amax/amin (spmm_arg.c, spmm_t_arg.c, sddmm_arg.c): arg is int32 (batch*nrows, p),
+ * contiguous: for each output element, the offset within its row of the entry
+ * whose product it holds, or -1 for none */
+int tsgu_spmm_arg(const tsgu_csr *A, const tsgu_dense *B, tsgu_dense *C, int32_t *arg, int is_min,
+                  int nthreads);
+int tsgu_spmm_t_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, tsgu_dense *out,
+                    int nthreads);
+int tsgu_sddmm_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, const tsgu_dense *B,
+                   void *out, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
                      const int64_t *sizes, int64_t *ptr, int nthreads, int *coalesced);

@@ -16,5 +16,8 @@ int64_t tsgu_split_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
 typedef int (*tsgu_rows_fn)(void *ctx, int64_t r0, int64_t r1);
 int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
                        tsgu_rows_fn fn, void *ctx);
+/* the same with each row costing work_per_row besides its entries */
+int tsgu_parallel_rows_weighted(const tsgu_csr *A, int64_t work_per_entry, int64_t work_per_row, int nthreads,
+                                tsgu_rows_fn fn, void *ctx);
 
 #endif

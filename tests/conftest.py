@@ -286,11 +286,14 @@ class Op:
     # False: the op runs only kernels that other ops' sweeps run (so the comparison of
     # the portable kernels with the AVX2 ones is theirs)
     own_kernels: bool = True
+    # the public object's path, where it is not `name` (two entries for one function)
+    function: Optional[str] = None
 
     def available(self):
-        """The public object the name reaches (a dotted path under torchsparsegradutils, or
-        under torch for "torch.ops.tsgu.<op>"), or None when this build does not have it."""
-        parts = self.name.split(".")
+        """The public object the name (or `function`) reaches (a dotted path under
+        torchsparsegradutils, or under torch for "torch.ops.tsgu.<op>"), or None when this
+        build does not have it."""
+        parts = (self.function or self.name).split(".")
         obj = torch if parts[0] == "torch" else tsgu
         for part in parts[1:] if parts[0] == "torch" else parts:
             if isinstance(obj, types.ModuleType) and not hasattr(obj, part):
@@ -338,6 +341,39 @@ def _make_mm(spec: Spec) -> Case:
     D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
     B = dense_operand(_lead(spec) + (spec.m, spec.p), spec.dtype, gen, spec.bmode)
     return _sparse_case(spec, D, {"B": B}, lambda A, B: tsgu.sparse_mm(A, B), lambda Dv, B: Dv @ B)
+
+
+# sparse_mm's reduce besides "sum": the variants of the op "sparse_mm_reduce"
+REDUCTIONS = ("mean", "amax", "amin")
+
+
+def dense_reduce(Dv: torch.Tensor, pattern: torch.Tensor, B: torch.Tensor, reduce: str) -> torch.Tensor:
+    """torch.sparse.mm(A, B, reduce) in dense PyTorch, in float32 at least (a 16-bit
+    result rounded once, as the kernels round it): the (.., n, m, p) products of A's
+    stored entries (`pattern`) reduced over m, 0 for a row without entries."""
+    dtype = Dv.dtype
+    work = torch.promote_types(dtype, torch.float32)
+    P = Dv.to(work).unsqueeze(-1) * B.to(work).unsqueeze(-3)
+    mask = pattern.unsqueeze(-1)
+    count = pattern.sum(-1, keepdim=True)
+    if reduce == "mean" or P.shape[-2] == 0:
+        out = torch.where(mask, P, 0).sum(-2) / count.clamp(min=1)
+    else:
+        fill = torch.where(mask, P, float("inf") if reduce == "amin" else float("-inf"))
+        out = fill.amin(-2) if reduce == "amin" else fill.amax(-2)
+    return torch.where(count > 0, out, 0).to(dtype)
+
+
+def _make_mm_reduce(spec: Spec) -> Case:
+    reduce = REDUCTIONS[spec.variant]
+    gen = seeded("sparse_mm_reduce", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    B = dense_operand(_lead(spec) + (spec.m, spec.p), spec.dtype, gen, spec.bmode)
+    case = _sparse_case(spec, D, {"B": B}, lambda A, B: tsgu.sparse_mm(A, B, reduce), lambda Dv, B: Dv)
+    A = case.build(case.leaves["values"].detach())
+    pattern = pattern_of(A)
+    case.ref = lambda v, B: dense_reduce(dense_of(A, v), pattern, B, reduce)
+    return case
 
 
 def tri_dense(batch, n, upper, unit, dtype, gen, density=0.4):
@@ -944,6 +980,12 @@ OPS = [
        tol={**FLOAT_TOL, **HALF_TOL},
        malformed_call="sparse_mm(A, torch.ones(*A.shape[:-2], A.shape[-1], 2))",
        large=Spec(batched=True, n=700, m=600, p=24, nnz=12000, dtype=torch.float32, itype=torch.int32)),
+    # sparse_mm(A, B, reduce) with reduce "mean", "amax", "amin" (variants 0-2); large: amax
+    Op("sparse_mm_reduce", _make_mm_reduce, function="sparse_mm", must_raise=("values", "B"),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL}, variants=len(REDUCTIONS),
+       malformed_call="sparse_mm(A, torch.ones(*A.shape[:-2], A.shape[-1], 2), 'amax')",
+       large=Spec(batched=True, n=2000, m=1500, p=140, nnz=20000, dtype=torch.float32, itype=torch.int32,
+                  variant=1)),
     Op("sparse_triangular_solve", _make_trisolve,
        malformed_call="sparse_triangular_solve(A, torch.ones(*A.shape[:-1], 1), upper=True)",
        large=Spec(batched=True, n=300, p=6, nnz=4000), variants=8),

@@ -6,6 +6,12 @@ values `a` (one entry per stored position):
     tsgu::spmm(a, X)   = S(a) X
     tsgu::spmm_t(a, Y) = S(a)^T Y
     tsgu::sddmm(U, V)  = (dot(U[i,:], V[j,:]) at every stored (i, j))
+        (each with mean=True for D^-1 S(a), D the rows' entry counts: reduce="mean")
+    tsgu::spmm_arg(a, X) = (C, arg): C[i,t] = max (or min) over row i's entries e of
+                           a[e] X[j(e),t], arg[i,t] that e (reduce="amax"/"amin"); with
+                           arg fixed, C = gather_arg(a, X) = a[arg] X[j(arg), t], and
+    tsgu::spmm_t_arg(a, arg, Y)[j,t] = sum of a[e] Y[i,t] over the (i, t) whose arg e has j(e) = j
+    tsgu::sddmm_arg(arg, U, V)[e]    = sum of U[i,t] V[j(e),t] over the t whose arg is e
     tsgu::trisolve(a, B) = M^{-1} B,  M = S(a) triangular (or S(a)^T with transpose)
     tsgu::lse(a)         = log-sum-exp of S(a) by rows, columns, both or whole items
                            (see _backends.lse): L, one value per group
@@ -19,6 +25,9 @@ Each one's backward is made of the others,
     spmm:     da = sddmm(G, X),   dX = spmm_t(a, G)
     spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
     sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
+    gather_arg (and spmm_arg): da = sddmm_arg(G, X),  dX = spmm_t_arg(a, G)
+    spmm_t_arg: da = sddmm_arg(Y, H),  dY = gather_arg(a, H)
+    sddmm_arg:  dU = gather_arg(g, V),  dV = spmm_t_arg(g, U)
     trisolve: dB = trisolve^T(a, G),   da = -sddmm(dB, X) (of M's entries: S's, transposed)
     lse:      da = lse_grad(a, L, G)
     lse_grad: da = u * lse_grad(a, L, G),  dG = lse_wsum(a, L, u),  dL = -G * dG
@@ -40,18 +49,21 @@ from ._core.view import CSRView, check_arrays, op_args, view_of
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
-def _spmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, X: Tensor) -> Tensor:
-    return _backends.spmm(view_of(ptr, col, a, rows, shape), X)
+def _spmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, X: Tensor,
+          mean: bool = False) -> Tensor:
+    return _backends.spmm(view_of(ptr, col, a, rows, shape), X, mean)
 
 
 @torch.library.custom_op("tsgu::spmm_t", mutates_args=())
-def _spmm_t(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, Y: Tensor) -> Tensor:
-    return _backends.spmm_t(view_of(ptr, col, a, rows, shape), Y)
+def _spmm_t(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, Y: Tensor,
+            mean: bool = False) -> Tensor:
+    return _backends.spmm_t(view_of(ptr, col, a, rows, shape), Y, mean)
 
 
 @torch.library.custom_op("tsgu::sddmm", mutates_args=())
-def _sddmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], U: Tensor, V: Tensor) -> Tensor:
-    return _backends.sddmm(view_of(ptr, col, None, rows, shape), U, V)
+def _sddmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], U: Tensor, V: Tensor,
+           mean: bool = False) -> Tensor:
+    return _backends.sddmm(view_of(ptr, col, None, rows, shape), U, V, mean)
 
 
 @torch.library.custom_op("tsgu::trisolve", mutates_args=())
@@ -69,51 +81,52 @@ def _(ptr, col, rows, shape, a, B, upper, unitriangular, transpose):
 
 
 @_spmm.register_fake
-def _(ptr, col, rows, shape, a, X):
+def _(ptr, col, rows, shape, a, X, mean=False):
     check_arrays(ptr, col, a, shape, rows)
     return X.new_empty((*shape[:-1], X.shape[-1]))
 
 
 @_spmm_t.register_fake
-def _(ptr, col, rows, shape, a, Y):
+def _(ptr, col, rows, shape, a, Y, mean=False):
     check_arrays(ptr, col, a, shape, rows)
     return Y.new_empty((*shape[:-2], shape[-1], Y.shape[-1]))
 
 
 @_sddmm.register_fake
-def _(ptr, col, rows, shape, U, V):
+def _(ptr, col, rows, shape, U, V, mean=False):
     check_arrays(ptr, col, None, shape, rows)
     return U.new_empty(col.shape)
 
 
 def _setup(ctx, inputs, output):
-    ptr, col, rows, shape, x, y = inputs
-    ctx.shape = shape
+    ptr, col, rows, shape, x, y, mean = inputs
+    ctx.shape, ctx.mean = shape, mean
     ctx.save_for_backward(ptr, col, rows, x, y)
 
 
+# mean: the matrix is D^-1 S(a) in all three, so each one's backward keeps it
 def _spmm_backward(ctx, G):
     ptr, col, rows, a, X = ctx.saved_tensors
     pattern = (ptr, col, rows, ctx.shape)
-    da = _sddmm(*pattern, G, X) if ctx.needs_input_grad[4] else None
-    dX = _spmm_t(*pattern, a, G) if ctx.needs_input_grad[5] else None
-    return None, None, None, None, da, dX
+    da = _sddmm(*pattern, G, X, ctx.mean) if ctx.needs_input_grad[4] else None
+    dX = _spmm_t(*pattern, a, G, ctx.mean) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, da, dX, None
 
 
 def _spmm_t_backward(ctx, G):
     ptr, col, rows, a, Y = ctx.saved_tensors
     pattern = (ptr, col, rows, ctx.shape)
-    da = _sddmm(*pattern, Y, G) if ctx.needs_input_grad[4] else None
-    dY = _spmm(*pattern, a, G) if ctx.needs_input_grad[5] else None
-    return None, None, None, None, da, dY
+    da = _sddmm(*pattern, Y, G, ctx.mean) if ctx.needs_input_grad[4] else None
+    dY = _spmm(*pattern, a, G, ctx.mean) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, da, dY, None
 
 
 def _sddmm_backward(ctx, gg):
     ptr, col, rows, U, V = ctx.saved_tensors
     pattern = (ptr, col, rows, ctx.shape)
-    dU = _spmm(*pattern, gg, V) if ctx.needs_input_grad[4] else None
-    dV = _spmm_t(*pattern, gg, U) if ctx.needs_input_grad[5] else None
-    return None, None, None, None, dU, dV
+    dU = _spmm(*pattern, gg, V, ctx.mean) if ctx.needs_input_grad[4] else None
+    dV = _spmm_t(*pattern, gg, U, ctx.mean) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, dU, dV, None
 
 
 def trisolve_backward(pattern, a: Tensor, X: Tensor, G: Tensor, flags, need_a: bool):
@@ -145,14 +158,14 @@ _spmm_t.register_autograd(_spmm_t_backward, setup_context=_setup)
 _sddmm.register_autograd(_sddmm_backward, setup_context=_setup)
 
 
-def spmm(view: CSRView, a: Tensor, X: Tensor) -> Tensor:
-    """S(a) X on view's pattern, differentiable in a and X."""
-    return _spmm(*op_args(view), a, X)
+def spmm(view: CSRView, a: Tensor, X: Tensor, mean: bool = False) -> Tensor:
+    """S(a) X on view's pattern (D^-1 S(a) X with mean), differentiable in a and X."""
+    return _spmm(*op_args(view), a, X, mean)
 
 
-def spmm_t(view: CSRView, a: Tensor, Y: Tensor) -> Tensor:
-    """S(a)^T Y on view's pattern, differentiable in a and Y."""
-    return _spmm_t(*op_args(view), a, Y)
+def spmm_t(view: CSRView, a: Tensor, Y: Tensor, mean: bool = False) -> Tensor:
+    """S(a)^T Y on view's pattern ((D^-1 S(a))^T Y with mean), differentiable in a and Y."""
+    return _spmm_t(*op_args(view), a, Y, mean)
 
 
 def trisolve(view: CSRView, a: Tensor, B: Tensor, upper: bool, unitriangular: bool, transpose: bool) -> Tensor:
@@ -160,9 +173,135 @@ def trisolve(view: CSRView, a: Tensor, B: Tensor, upper: bool, unitriangular: bo
     return _trisolve(*op_args(view), a, B, upper, unitriangular, transpose)
 
 
-def sddmm(view: CSRView, U: Tensor, V: Tensor) -> Tensor:
-    """(dot(U[i,:], V[j,:]) at view's stored (i, j)), differentiable in U and V."""
-    return _sddmm(*op_args(view), U, V)
+def sddmm(view: CSRView, U: Tensor, V: Tensor, mean: bool = False) -> Tensor:
+    """(dot(U[i,:], V[j,:]) at view's stored (i, j), divided by row i's entry count
+    with mean), differentiable in U and V."""
+    return _sddmm(*op_args(view), U, V, mean)
+
+
+# ------------------------------------------------- amax / amin (sparse_mm's reduce)
+@torch.library.custom_op("tsgu::spmm_arg", mutates_args=())
+def _spmm_arg(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, X: Tensor,
+              is_min: bool) -> Tuple[Tensor, Tensor]:
+    return _backends.spmm_arg(view_of(ptr, col, a, rows, shape), X, is_min)
+
+
+@torch.library.custom_op("tsgu::spmm_t_arg", mutates_args=())
+def _spmm_t_arg(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, arg: Tensor,
+                Y: Tensor) -> Tensor:
+    return _backends.spmm_t_arg(view_of(ptr, col, a, rows, shape), arg, Y)
+
+
+@torch.library.custom_op("tsgu::sddmm_arg", mutates_args=())
+def _sddmm_arg(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], arg: Tensor, U: Tensor,
+               V: Tensor) -> Tensor:
+    return _backends.sddmm_arg(view_of(ptr, col, None, rows, shape), arg, U, V)
+
+
+@torch.library.custom_op("tsgu::gather_arg", mutates_args=())
+def _gather_arg(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, arg: Tensor,
+                X: Tensor) -> Tensor:
+    return _backends.gather_arg(view_of(ptr, col, a, rows, shape), arg, X)
+
+
+def _arg_shape(shape, rows, p):
+    """The shape of spmm_arg's arg: C's, or (kept rows, p) for a hypersparse view."""
+    return (rows.shape[0], p) if rows is not None else (*shape[:-1], p)
+
+
+@_spmm_arg.register_fake
+def _(ptr, col, rows, shape, a, X, is_min):
+    check_arrays(ptr, col, a, shape, rows)
+    p = X.shape[-1]
+    return X.new_empty((*shape[:-1], p)), X.new_empty(_arg_shape(shape, rows, p), dtype=torch.int32)
+
+
+@_spmm_t_arg.register_fake
+def _(ptr, col, rows, shape, a, arg, Y):
+    check_arrays(ptr, col, a, shape, rows)
+    return Y.new_empty((*shape[:-2], shape[-1], Y.shape[-1]))
+
+
+@_sddmm_arg.register_fake
+def _(ptr, col, rows, shape, arg, U, V):
+    check_arrays(ptr, col, None, shape, rows)
+    return U.new_empty(col.shape)
+
+
+@_gather_arg.register_fake
+def _(ptr, col, rows, shape, a, arg, X):
+    check_arrays(ptr, col, a, shape, rows)
+    return X.new_empty((*shape[:-1], X.shape[-1]))
+
+
+# the derivatives of the arg ops: see the module's docstring (arg is never differentiated)
+def _arg_setup(ctx, inputs, output):
+    ptr, col, rows, shape, *operands = inputs      # (a, arg, X), (a, arg, Y) or (arg, U, V)
+    ctx.shape = shape
+    ctx.save_for_backward(ptr, col, rows, *operands)
+
+
+def _spmm_arg_setup(ctx, inputs, output):
+    ptr, col, rows, shape, a, X, _ = inputs
+    ctx.shape = shape
+    ctx.save_for_backward(ptr, col, rows, a, output[1], X)     # as gather_arg's (a, arg, X)
+
+
+def _gathered_grads(ctx, G, need_a: bool, need_X: bool):
+    """(da, dX) of gather_arg(a, X) with arg fixed."""
+    ptr, col, rows, a, arg, X = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    return (_sddmm_arg(*pattern, arg, G, X) if need_a else None,
+            _spmm_t_arg(*pattern, a, arg, G) if need_X else None)
+
+
+def _spmm_arg_backward(ctx, G, _):
+    da, dX = _gathered_grads(ctx, G, ctx.needs_input_grad[4], ctx.needs_input_grad[5])
+    return None, None, None, None, da, dX, None
+
+
+def _gather_arg_backward(ctx, G):
+    da, dX = _gathered_grads(ctx, G, ctx.needs_input_grad[4], ctx.needs_input_grad[6])
+    return None, None, None, None, da, None, dX
+
+
+def _spmm_t_arg_backward(ctx, H):
+    ptr, col, rows, a, arg, Y = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    da = _sddmm_arg(*pattern, arg, Y, H) if ctx.needs_input_grad[4] else None
+    dY = _gather_arg(*pattern, a, arg, H) if ctx.needs_input_grad[6] else None
+    return None, None, None, None, da, None, dY
+
+
+def _sddmm_arg_backward(ctx, u):
+    ptr, col, rows, arg, U, V = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    dU = _gather_arg(*pattern, u, arg, V) if ctx.needs_input_grad[5] else None
+    dV = _spmm_t_arg(*pattern, u, arg, U) if ctx.needs_input_grad[6] else None
+    return None, None, None, None, None, dU, dV
+
+
+_spmm_arg.register_autograd(_spmm_arg_backward, setup_context=_spmm_arg_setup)
+_gather_arg.register_autograd(_gather_arg_backward, setup_context=_arg_setup)
+_spmm_t_arg.register_autograd(_spmm_t_arg_backward, setup_context=_arg_setup)
+_sddmm_arg.register_autograd(_sddmm_arg_backward, setup_context=_arg_setup)
+
+
+def spmm_arg(view: CSRView, a: Tensor, X: Tensor, is_min: bool) -> Tuple[Tensor, Tensor]:
+    """(C, arg): the max (min with is_min) of S(a)'s row products with X and the entry
+    giving each (see _backends.spmm_arg); C differentiable in a and X."""
+    return _spmm_arg(*op_args(view), a, X, is_min)
+
+
+def spmm_t_arg(view: CSRView, a: Tensor, arg: Tensor, Y: Tensor) -> Tensor:
+    """S(a)^T Y through arg's entries alone (_backends.spmm_t_arg), differentiable in a and Y."""
+    return _spmm_t_arg(*op_args(view), a, arg, Y)
+
+
+def sddmm_arg(view: CSRView, arg: Tensor, U: Tensor, V: Tensor) -> Tensor:
+    """sum over arg's columns of U[i,t] V[j,t] at each stored (i, j) (_backends.sddmm_arg),
+    differentiable in U and V."""
+    return _sddmm_arg(*op_args(view), arg, U, V)
 
 
 @torch.library.custom_op("tsgu::lse", mutates_args=())

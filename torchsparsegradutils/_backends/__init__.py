@@ -43,27 +43,75 @@ def on_cpu(*tensors: torch.Tensor) -> bool:
 
 
 # ---------------------------------------------------------------- products (sparse_mm)
-def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
+# With mean (reduce="mean") the matrix is D^-1 A, D the rows' entry counts; our CUDA
+# kernels do not take it.
+def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
     if A.rows is not None:
-        return _on_kept_rows(A, spmm(A._replace(rows=None), item_rows(B)))
+        return _on_kept_rows(A, spmm(A._replace(rows=None), item_rows(B), mean))
+    if mean:
+        return _backend(False, A.values, B).spmm(A, B, mean=True)
     return _backend(True, A.values, B).spmm(A, B)
 
 
-def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """A^T @ G for every batch item."""
     if A.rows is not None:
-        out = spmm_t(A._replace(rows=None), item_rows(G).index_select(0, A.rows))
+        out = spmm_t(A._replace(rows=None), item_rows(G).index_select(0, A.rows), mean)
         return out.reshape(*A.shape[:-2], A.shape[-1], G.shape[-1])
+    if mean:
+        return _backend(False, A.values, G).spmm_t(A, G, mean=True)
     return _backend(True, A.values, G).spmm_t(A, G)
 
 
-def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) of A,
     shaped like A.col: the gradient of A @ B w.r.t. A's values (A.values unused)."""
     if A.rows is not None:
-        return sddmm(A._replace(rows=None), item_rows(G).index_select(0, A.rows), item_rows(B))
+        return sddmm(A._replace(rows=None), item_rows(G).index_select(0, A.rows), item_rows(B), mean)
+    if mean:
+        return _backend(False, G, B).sddmm(A, G, B, mean=True)
     return _backend(True, G, B).sddmm(A, G, B)
+
+
+# ------------------------------------------------- amax / amin (sparse_mm's reduce)
+# arg (int32, the shape of C, or (kept rows, p) for a hypersparse view): for each
+# output element, the offset in its row of the entry whose product it holds, -1 for
+# none (see csrc/spmm_arg.c).  No CUDA kernels of ours: CUDA takes torch_ops.
+def spmm_arg(A: CSRView, B: torch.Tensor, is_min: bool, need_arg: bool = True):
+    """(C, arg): C[k][i,t] = max (min with is_min) over the entries e of row i of
+    A.val[e] * B[k][A.col[e],t] (0 for an empty row), with PyTorch's ties; arg None
+    unless need_arg."""
+    if A.rows is not None:
+        C, arg = spmm_arg(A._replace(rows=None), item_rows(B), is_min, need_arg)
+        return _on_kept_rows(A, C), arg
+    return _backend(False, A.values, B).spmm_arg(A, B, is_min, need_arg)
+
+
+def spmm_t_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """out[k][j,t] = sum of A.val[e] * G[k][i,t] over the rows i whose arg entry e of
+    column t lies in column j: the gradient of spmm_arg w.r.t. B."""
+    if A.rows is not None:
+        out = spmm_t_arg(A._replace(rows=None), arg, item_rows(G).index_select(0, A.rows))
+        return out.reshape(*A.shape[:-2], A.shape[-1], G.shape[-1])
+    return _backend(False, A.values, arg, G).spmm_t_arg(A, arg, G)
+
+
+def sddmm_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """g[e] = sum of G[k][i,t] * B[k][A.col[e],t] over the columns t whose arg is e,
+    shaped like A.col: the gradient of spmm_arg w.r.t. A's values."""
+    if A.rows is not None:
+        return sddmm_arg(A._replace(rows=None), arg, item_rows(G).index_select(0, A.rows), item_rows(B))
+    return _backend(False, arg, G, B).sddmm_arg(A, arg, G, B)
+
+
+def gather_arg(A: CSRView, arg: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """out[k][i,t] = A.val[e] * X[k][A.col[e],t] at each output element's arg entry e
+    (0 where none): spmm_arg's output with arg fixed, for second derivatives only:
+    PyTorch's ops on every device."""
+    if A.rows is not None:
+        return _on_kept_rows(A, torch_ops.gather_arg(A._replace(rows=None), arg, item_rows(X)))
+    return torch_ops.gather_arg(A, arg, X)
 
 
 def _on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:

@@ -13,18 +13,19 @@ from .._core.view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, dense_operand, ker
 
 
 # ---------------------------------------------------------------- products (sparse_mm)
-def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
-    """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
-    return spmm_arrays(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, B)
+def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
+    """C = A @ B for every batch item; B is (m, p) or (b, m, p).  With mean, each row
+    of C divided by the row's number of entries (reduce="mean")."""
+    return spmm_arrays(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, B, mean)
 
 
 def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, batch: int, n: int, m: int,
-                B: torch.Tensor) -> torch.Tensor:
+                B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """spmm of arrays as the kernels read them (kernel_array's): the C kernel, called
     with nothing else on the way (it runs on every call)."""
     B = dense_operand(B)
     C = _spmm_out(batch, n, B)
-    _C.spmm(ptr, col, values, batch, n, m, B, C, torch.get_num_threads())
+    _C.spmm(ptr, col, values, batch, n, m, B, C, torch.get_num_threads(), mean)
     return C
 
 
@@ -49,22 +50,59 @@ def _spmm_out(batch: int, n: int, B: torch.Tensor) -> torch.Tensor:
     return B.new_empty(batch, n, p) if B.dim() == 3 else B.new_empty(n, p)
 
 
-def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """A^T @ G for every batch item, without atomics or a transpose: each thread owns
-    a range of A's columns (see csrc/spmm_t.c)."""
-    p = G.shape[-1]
-    out = torch.empty((A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p), dtype=G.dtype)
+    a range of A's columns (see csrc/spmm_t.c).  With mean, (D^-1 A)^T @ G, D the
+    rows' entry counts."""
+    out = _spmm_t_out(A, G)
     _C.spmm_t(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, dense_operand(G), out,
-              torch.get_num_threads())
+              torch.get_num_threads(), mean)
     return out
 
 
-def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+def _spmm_t_out(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+    """The output of A^T G: (b, m, p) or (m, p) as G is 3D or 2D."""
+    p = G.shape[-1]
+    return torch.empty((A.batch, A.ncols, p) if G.dim() == 3 else (A.ncols, p), dtype=G.dtype)
+
+
+def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """g[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry e = (k, i, j) of A,
-    shaped like A.col (A.values unused)."""
+    shaped like A.col (A.values unused); with mean, divided by row i's entry count."""
     g = torch.empty(A.col.shape, dtype=G.dtype)
     _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, dense_operand(G), dense_operand(B), g,
-             torch.get_num_threads())
+             torch.get_num_threads(), mean)
+    return g
+
+
+# ------------------------------------------------- amax / amin (sparse_mm's reduce)
+def spmm_arg(A: CSRView, B: torch.Tensor, is_min: bool, need_arg: bool):
+    """(C, arg): C[k][i,t] the max (min with is_min) over the entries e of row i of
+    A.val[e] * B[k][A.col[e],t]; arg int32, C's shape, the offset of that e in its
+    row (-1 for none), or None unless need_arg (see csrc/spmm_arg.c)."""
+    B = dense_operand(B)
+    C = _spmm_out(A.batch, A.nrows, B)
+    arg = torch.empty(C.shape, dtype=torch.int32) if need_arg else None
+    _C.spmm_arg(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, B, C, arg, is_min,
+                torch.get_num_threads())
+    return C, arg
+
+
+def spmm_t_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
+    """out[k][j,t] = sum of A.val[e] * G[k][i,t] over the rows i whose arg entry e of
+    column t lies in column j (grad_B of spmm_arg; csrc/spmm_t_arg.c)."""
+    out = _spmm_t_out(A, G)
+    _C.spmm_t_arg(A.ptr, A.col, plain(A.values), A.batch, A.nrows, A.ncols, arg.contiguous(), dense_operand(G),
+                  out, torch.get_num_threads())
+    return out
+
+
+def sddmm_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """g[e] = sum of G[k][i,t] * B[k][A.col[e],t] over the columns t whose arg is e
+    (grad of spmm_arg w.r.t. A's values, shaped like A.col; csrc/sddmm_arg.c)."""
+    g = torch.empty(A.col.shape, dtype=G.dtype)
+    _C.sddmm_arg(A.ptr, A.col, A.batch, A.nrows, A.ncols, arg.contiguous(), dense_operand(G),
+                 dense_operand(B), g, torch.get_num_threads())
     return g
 
 

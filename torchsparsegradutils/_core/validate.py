@@ -127,6 +127,20 @@ def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
     return a_shape, b_shape
 
 
+# sparse_mm's reduce= (torch.sparse.mm's): how each row's products are combined
+REDUCTIONS = ("sum", "mean", "amax", "amin")
+
+
+def check_reduce(reduce, B) -> None:
+    """sparse_mm's reduce: one of REDUCTIONS, and with a sparse B "sum" alone (the
+    product of two sparse matrices has no reduce); a ValueError naming what is allowed."""
+    if not isinstance(reduce, str) or reduce not in REDUCTIONS:
+        raise ValueError(f"reduce must be one of 'sum', 'mean', 'amax' or 'amin', got {reduce!r}")
+    if reduce != "sum" and isinstance(B, torch.Tensor) and B.layout is not torch.strided:
+        raise error(ValueError, f"reduce={reduce!r} needs a dense B: with a sparse B, sparse_mm takes "
+                                "reduce='sum' only", f"got B of layout {B.layout}")
+
+
 def check_system(A, B, name: str, shape_ok, shape_rule: str) -> None:
     """The contract of the 2D generic solve and least squares: A sparse COO/CSR 2D
     with shape_ok(A.shape) (shape_rule is the published message for a bad shape); B
