@@ -153,15 +153,15 @@ def test_gradient_of_A_is_one_sddmm(monkeypatch):
     calls = []
     real = _backends.sddmm
 
-    def spy(view, G, X):
-        calls.append((G.shape, X.shape))
-        return real(view, G, X)
+    def spy(view, G, X, mean=False):
+        calls.append((G.shape, X.shape, mean))
+        return real(view, G, X, mean)
     monkeypatch.setattr(_backends, "sddmm", spy)
     A, D = nonsymmetric(9, torch.sparse_coo, torch.float64)
     A.requires_grad_()
     B = torch.rand(9, 4, dtype=torch.float64)
     tc.sparse_solve_c4t(A, B).sum().backward()
-    assert calls == [((9, 4), (9, 4))]
+    assert calls == [((9, 4), (9, 4), False)]
     mask = D != 0
     Dd = D.clone().requires_grad_()
     torch.linalg.solve(Dd, B).sum().backward()

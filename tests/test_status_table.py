@@ -37,12 +37,18 @@ CASES = {
     "EDIAG_UNIT": lambda: _trisolve([0, 1, 1], [0], [1.0], False, True),
     "EGROUP": lambda: _C.group_rows(torch.tensor([0, 3], **I64), 2, torch.empty(3, **I64),
                                     torch.empty(2, **I64)),            # relation 3 of 2
+    "EARG": lambda: _C.sddmm_arg(torch.tensor([0, 1], **I64), torch.tensor([0], **I64), 1, 1, 1,
+                                 torch.tensor([[1]], dtype=torch.int32), torch.ones(1, 1),
+                                 torch.ones(1, 1), torch.empty(1), 1),  # offset 1 in a row of 1
 }
+# EROW_LONG needs a row of 2^31 stored entries (16 GiB of column indices): its message is
+# exported with the others, but no test builds such a row
+UNBUILT = {"EROW_LONG"}
 
 
 def test_status_messages_names_every_value_error_status():
     msgs = _C.status_messages()
-    assert set(msgs) == set(CASES)
+    assert set(msgs) == set(CASES) | UNBUILT
     assert all(isinstance(m, str) and m for m in msgs.values())
     assert len(set(msgs.values())) == len(msgs)                        # one message per status
     assert _C.status_messages() is not msgs                            # a fresh dict: callers cannot edit the table
