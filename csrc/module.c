@@ -139,6 +139,8 @@ static const struct {
                            "the offset of an entry in its row"},
     [TSGU_EROW_LONG] = {"EROW_LONG", "reduce='amax'/'amin' takes rows of fewer than 2^31 entries "
                                      "(their arg indices are int32)"},
+    [TSGU_EPRODUCT] = {"EPRODUCT", "malformed sparse product: its row pointers do not give each row "
+                                   "the number of columns that A @ B has there"},
 };
 #define N_STATUS ((int)(sizeof status_table / sizeof status_table[0]))
 
@@ -250,6 +252,15 @@ static PyMethodDef methods[] = {
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
     {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS,
      "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads[, probe]) -> None, or coalesced with probe"},
+    {"spgemm_count", py_spgemm_count, METH_VARARGS,
+     "spgemm_count(Aptr, Acol, Bptr, Bcol, batch, n, l, m, out_crow, nthreads)"},
+    {"spgemm", py_spgemm, METH_VARARGS,
+     "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, out_col, out_values, nthreads)"},
+    {"spgemm_grad_a", py_spgemm_grad_a, METH_VARARGS,
+     "spgemm_grad_a(Aptr, Acol, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, out, nthreads)"},
+    {"spgemm_grad_b", py_spgemm_grad_b, METH_VARARGS,
+     "spgemm_grad_b(Aptr, Acol, Aval, Tptr, Trow, Tperm, Bptr, Bcol, batch, n, l, m, G, Gcol, Gval, out, "
+     "nthreads)"},
     {"trisolve", py_trisolve, METH_VARARGS,
      "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},
     {"cg", py_cg, METH_VARARGS,

@@ -55,3 +55,29 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE const acc_t *TSGU_FN(widened)(const real_t *x, 
 #endif
 }
 #endif
+
+#ifdef TSGU_SPGEMM_ROWS
+/* The sparse @ sparse kernels walk A's entries e in order and read, for each, the row
+ * of B (of item k) that its column names: a cache miss for B's pointer, then one for
+ * the row.  At entry e this prefetches B's pointer for entry e + 2*TSGU_BROW_AHEAD and
+ * first two cache lines of the columns (and values, Bv not NULL) of B's row for entry e + TSGU_BROW_AHEAD, whose
+ * pointer is near by then.  A and B must be checked structures: only in-bounds
+ * pointers are read. */
+#define TSGU_BROW_AHEAD 8
+TSGU_ALWAYS_INLINE void TSGU_FN(prefetch_brow)(const tsgu_csr *A, const tsgu_csr *B, int64_t k, int64_t e,
+                                               const real_t *Bv)
+{
+    const idx_t *Aj = A->col, *Bp = B->ptr, *Bj = B->col;
+    int64_t far = e + 2 * TSGU_BROW_AHEAD, near = e + TSGU_BROW_AHEAD;
+    if (far < A->nnz) TSGU_PREFETCH(Bp + k * B->ptr_stride + Aj[far]);
+    if (near < A->nnz) {
+        int64_t s = Bp[k * B->ptr_stride + Aj[near]] + k * B->entry_stride;
+        TSGU_PREFETCH(Bj + s);
+        TSGU_PREFETCH(Bj + s + TSGU_LINE / sizeof *Bj);
+        if (Bv) {
+            TSGU_PREFETCH(Bv + s);
+            TSGU_PREFETCH(Bv + s + TSGU_LINE / sizeof *Bv);
+        }
+    }
+}
+#endif

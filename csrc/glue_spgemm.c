@@ -1,0 +1,177 @@
+/* glue_spgemm.c: the entry points of sparse_mm's sparse @ sparse kernels
+ * (spgemm_count.c, spgemm.c, spgemm_grad_a.c, spgemm_grad_b.c).  Every batch item
+ * is A[k] n x l times B[k] l x m; the sparse operands share one index type. */
+#include "glue.h"
+
+/* -1 with a TypeError unless Y has X's index type */
+static int same_index(const tsgu_csr *X, const tsgu_csr *Y, const char *name)
+{
+    if (X->itype == Y->itype) return 0;
+    PyErr_Format(PyExc_TypeError, "%s must have the index dtype of A", name);
+    return -1;
+}
+
+/* a contiguous int64 array of `want` elements; -1 with a ValueError if not */
+static int int64_array(const held *h, int64_t want)
+{
+    const DLTensor *t = dl(h);
+    if (t->dtype.code == kDLInt && t->dtype.bits == 64 && t->dtype.lanes == 1 && t->ndim == 1 &&
+        t->shape[0] == want)
+        return need_contiguous(h);
+    PyErr_Format(PyExc_ValueError, "%s must be int64 of shape (%lld,)", h->name, (long long)want);
+    return -1;
+}
+
+/* the upstream gradient G of C (batch x n x m): sparse (ptr, col, val held at h[0..2],
+ * into *G) when has_col, else dense (h[0], into *Gd); the sparse one's index type A's */
+static int take_grad(const held *h, int has_col, const tsgu_csr *A, int64_t batch, int64_t n, int64_t m,
+                     tsgu_csr *G, tsgu_dense *Gd)
+{
+    if (has_col)
+        return make_csr(&h[0], &h[1], &h[2], batch, n, m, G, 1) || same_index(A, G, "grad") ||
+               (G->rtype != A->rtype ? (PyErr_SetString(PyExc_TypeError, "grad must have the dtype of the "
+                                                                         "sparse values"), -1) : 0);
+    return make_dense(&h[0], batch, n, m, A->rtype, Gd);
+}
+
+/* ---- spgemm_count(Aptr, Acol, Bptr, Bcol, batch, n, l, m, Cptr, nthreads) ----
+ * Cptr (batch*n+1, int64): the row pointers of the pattern of A @ B. */
+PyObject *py_spgemm_count(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[5];
+    long long batch, n, l, m;
+    int nthreads, status;
+    call c = {0};
+    tsgu_csr A, B;
+    if (!PyArg_ParseTuple(args, "OOOOLLLLOi", &o[0], &o[1], &o[2], &o[3], &batch, &n, &l, &m, &o[4], &nthreads))
+        return NULL;
+    const char *names[5] = {"A's crow_indices", "A's col_indices", "B's crow_indices", "B's col_indices",
+                            "out"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], NULL, batch, n, l, &A, 1) ||
+        make_csr(&h[2], &h[3], NULL, batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
+        int64_array(&h[4], batch * n + 1))
+        return finish(&c, -1);
+    int64_t *Cptr = data_of(&h[4]);
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_spgemm_count(&A, &B, Cptr, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
+/* ---- spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, Cptr, Ccol, Cval, nthreads) ----
+ * the columns Ccol (int64) and values Cval of A @ B on the pattern Cptr (spgemm_count's). */
+PyObject *py_spgemm(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[9];
+    long long batch, n, l, m;
+    int nthreads, status;
+    call c = {0};
+    tsgu_csr A, B, C;
+    if (!PyArg_ParseTuple(args, "OOOOOOLLLLOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &batch, &n, &l, &m,
+                          &o[6], &o[7], &o[8], &nthreads))
+        return NULL;
+    const char *names[9] = {"A's crow_indices", "A's col_indices", "A's values", "B's crow_indices",
+                            "B's col_indices", "B's values", "out crow_indices", "out col_indices", "out values"};
+    const held *h = c.t;
+    /* C's arrays are checked as a CSR view of their own: int64, shapes, value dtype */
+    if (take_all(&c, o, names, 9) || make_csr(&h[0], &h[1], &h[2], batch, n, l, &A, 1) ||
+        make_csr(&h[3], &h[4], &h[5], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
+        int64_array(&h[6], batch * n + 1) || int64_array(&h[7], numel(dl(&h[7]))) ||
+        make_csr(&h[6], &h[7], &h[8], batch, n, m, &C, 1))
+        return finish(&c, -1);
+    if (B.rtype != A.rtype || C.rtype != A.rtype) {
+        PyErr_SetString(PyExc_TypeError, "A, B and out values must have one dtype");
+        return finish(&c, -1);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_spgemm(&A, &B, C.ptr, data_of(&h[7]), data_of(&h[8]), C.nnz, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
+/* ---- spgemm_grad_a(Aptr, Acol, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, out, nthreads) ----
+ * out (shaped like Acol): the gradient of A @ B w.r.t. A's values; G is the dense
+ * upstream gradient (Gcol and Gval None) or the row pointers of a sparse one. */
+PyObject *py_spgemm_grad_a(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[9];
+    long long batch, n, l, m;
+    int nthreads, status;
+    call c = {0};
+    tsgu_csr A, B, G;
+    tsgu_dense Gd;
+    if (!PyArg_ParseTuple(args, "OOOOOLLLLOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &batch, &n, &l, &m, &o[5],
+                          &o[6], &o[7], &o[8], &nthreads))
+        return NULL;
+    int sparse = o[6] != Py_None;
+    if (sparse != (o[7] != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "grad's col_indices and values are both given or both None");
+        return NULL;
+    }
+    /* the objects in the order they are held: A, B, out, then G's one or three */
+    PyObject *obj[9] = {o[0], o[1], o[2], o[3], o[4], o[8], o[5], o[6], o[7]};
+    const char *names[9] = {"A's crow_indices", "A's col_indices", "B's crow_indices", "B's col_indices",
+                            "B's values", "out", "grad", "grad's col_indices", "grad's values"};
+    const held *h = c.t;
+    /* out is checked as A's values: one per stored entry */
+    if (take_all(&c, obj, names, sparse ? 9 : 7) || make_csr(&h[0], &h[1], &h[5], batch, n, l, &A, 1) ||
+        make_csr(&h[2], &h[3], &h[4], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
+        (B.rtype != A.rtype ? (PyErr_SetString(PyExc_TypeError, "B and out must have one dtype"), 1) : 0) ||
+        take_grad(&h[6], sparse, &A, batch, n, m, &G, &Gd))
+        return finish(&c, -1);
+    void *out = (void *)A.val;
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_spgemm_grad_a(&A, &B, sparse ? &G : NULL, &Gd, out, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
+
+/* ---- spgemm_grad_b(Aptr, Acol, Aval, Tptr, Trow, Tperm, Bptr, Bcol, batch, n, l, m, G, Gcol, Gval, out,
+ *                    nthreads) ----
+ * out (shaped like Bcol): the gradient of A @ B w.r.t. B's values; (Tptr, Trow, Tperm)
+ * the transpose of A's pattern as csr_transpose gives it; G as in spgemm_grad_a. */
+PyObject *py_spgemm_grad_b(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[12];
+    long long batch, n, l, m;
+    int nthreads, status;
+    call c = {0};
+    tsgu_csr A, At, B, G;
+    tsgu_dense Gd;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOLLLLOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &batch,
+                          &n, &l, &m, &o[9], &o[10], &o[11], &o[8], &nthreads))
+        return NULL;
+    int sparse = o[10] != Py_None;
+    if (sparse != (o[11] != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "grad's col_indices and values are both given or both None");
+        return NULL;
+    }
+    const char *names[12] = {"A's crow_indices", "A's col_indices", "A's values", "A^T's crow_indices",
+                             "A^T's col_indices", "A^T's permutation", "B's crow_indices", "B's col_indices",
+                             "out", "grad", "grad's col_indices", "grad's values"};
+    const held *h = c.t;
+    /* out is checked as B's values: one per stored entry */
+    if (take_all(&c, o, names, sparse ? 12 : 10) || make_csr(&h[0], &h[1], &h[2], batch, n, l, &A, 1) ||
+        make_csr(&h[3], &h[4], NULL, 1, batch * l, n, &At, 1) || same_index(&A, &At, "A^T") ||
+        index_array(&h[5], &A, A.nnz, "A's col_indices") ||
+        make_csr(&h[6], &h[7], &h[8], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
+        (B.rtype != A.rtype ? (PyErr_SetString(PyExc_TypeError, "A's values and out must have one dtype"), 1)
+                            : 0) ||
+        take_grad(&h[9], sparse, &A, batch, n, m, &G, &Gd))
+        return finish(&c, -1);
+    /* A^T as a batch: global rows k*l + j, the layout csr_transpose writes */
+    At.batch = batch;
+    At.nrows = l;
+    At.ptr_stride = l;
+    const void *tperm = data_of(&h[5]);
+    void *out = (void *)B.val;
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_spgemm_grad_b(&A, &At, tperm, &B, sparse ? &G : NULL, &Gd, out, nthreads);
+    Py_END_ALLOW_THREADS
+    return finish(&c, status);
+}
