@@ -12,6 +12,10 @@ values `a` (one entry per stored position):
                            arg fixed, C = gather_arg(a, X) = a[arg] X[j(arg), t], and
     tsgu::spmm_t_arg(a, arg, Y)[j,t] = sum of a[e] Y[i,t] over the (i, t) whose arg e has j(e) = j
     tsgu::sddmm_arg(arg, U, V)[e]    = sum of U[i,t] V[j(e),t] over the t whose arg is e
+    tsgu::spgemm(a, b)   = (ptr, col, c): the product S(a) T(b) of two patterns, its
+                           values c on its own pattern (ptr, col) P
+    tsgu::spgemm_grad_a(b, g)[e] = (P(g) T(b)^T at the stored (i, j) e of S)
+    tsgu::spgemm_grad_b(a, g)[f] = (S(a)^T P(g) at the stored (j, c) f of T)
     tsgu::trisolve(a, B) = M^{-1} B,  M = S(a) triangular (or S(a)^T with transpose)
     tsgu::lse(a)         = log-sum-exp of S(a) by rows, columns, both or whole items
                            (see _backends.lse): L, one value per group
@@ -25,6 +29,7 @@ Each one's backward is made of the others,
     spmm:     da = sddmm(G, X),   dX = spmm_t(a, G)
     spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
     sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
+    spgemm:   da = spgemm_grad_a(b, dc),   db = spgemm_grad_b(a, dc)   (no second derivative)
     gather_arg (and spmm_arg): da = sddmm_arg(G, X),  dX = spmm_t_arg(a, G)
     spmm_t_arg: da = sddmm_arg(Y, H),  dY = gather_arg(a, H)
     sddmm_arg:  dU = gather_arg(g, V),  dV = spmm_t_arg(g, U)
@@ -64,6 +69,80 @@ def _spmm_t(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], 
 def _sddmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], U: Tensor, V: Tensor,
            mean: bool = False) -> Tensor:
     return _backends.sddmm(view_of(ptr, col, None, rows, shape), U, V, mean)
+
+
+# --------------------------------------------------------- sparse @ sparse (sparse_mm)
+# The patterns S (a_ptr, a_col, a_shape) and T (b_ptr, b_col, b_shape), each a SparseCSR's
+# (global or batched row pointers); the product's pattern P (ptr, col) has global row
+# pointers and int64 columns (see _backends.spgemm).
+@torch.library.custom_op("tsgu::spgemm", mutates_args=())
+def _spgemm(a_ptr: Tensor, a_col: Tensor, a_shape: List[int], a: Tensor, b_ptr: Tensor, b_col: Tensor,
+            b_shape: List[int], b: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    return _backends.spgemm(view_of(a_ptr, a_col, a, None, a_shape), view_of(b_ptr, b_col, b, None, b_shape))
+
+
+@torch.library.custom_op("tsgu::spgemm_grad_a", mutates_args=())
+def _spgemm_grad_a(a_ptr: Tensor, a_col: Tensor, a_shape: List[int], b_ptr: Tensor, b_col: Tensor,
+                   b_shape: List[int], b: Tensor, ptr: Tensor, col: Tensor, g: Tensor) -> Tensor:
+    A, B = view_of(a_ptr, a_col, None, None, a_shape), view_of(b_ptr, b_col, b, None, b_shape)
+    return _backends.spgemm_grad_a(A, B, view_of(ptr, col, g, None, _product_shape(a_shape, b_shape)))
+
+
+@torch.library.custom_op("tsgu::spgemm_grad_b", mutates_args=())
+def _spgemm_grad_b(a_ptr: Tensor, a_col: Tensor, a_shape: List[int], a: Tensor, b_ptr: Tensor, b_col: Tensor,
+                   b_shape: List[int], ptr: Tensor, col: Tensor, g: Tensor) -> Tensor:
+    A, B = view_of(a_ptr, a_col, a, None, a_shape), view_of(b_ptr, b_col, None, None, b_shape)
+    return _backends.spgemm_grad_b(A, B, view_of(ptr, col, g, None, _product_shape(a_shape, b_shape)))
+
+
+def _product_shape(a_shape, b_shape) -> List[int]:
+    return [*a_shape[:-1], b_shape[-1]]
+
+
+@_spgemm.register_fake
+def _(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, b):
+    check_arrays(a_ptr, a_col, a, a_shape)
+    check_arrays(b_ptr, b_col, b, b_shape)
+    rows = (a_shape[0] if len(a_shape) == 3 else 1) * a_shape[-2]
+    nnz = torch.library.get_ctx().new_dynamic_size()         # the product's pattern: known once computed
+    return a_ptr.new_empty(rows + 1, dtype=torch.int64), a_col.new_empty(nnz, dtype=torch.int64), a.new_empty(nnz)
+
+
+@_spgemm_grad_a.register_fake
+def _(a_ptr, a_col, a_shape, b_ptr, b_col, b_shape, b, ptr, col, g):
+    check_arrays(a_ptr, a_col, None, a_shape)
+    check_arrays(b_ptr, b_col, b, b_shape)
+    return b.new_empty(a_col.shape)
+
+
+@_spgemm_grad_b.register_fake
+def _(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, ptr, col, g):
+    check_arrays(a_ptr, a_col, a, a_shape)
+    check_arrays(b_ptr, b_col, None, b_shape)
+    return a.new_empty(b_col.shape)
+
+
+def _spgemm_setup(ctx, inputs, output):
+    a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, b = inputs
+    ctx.shapes = a_shape, b_shape
+    ctx.save_for_backward(a_ptr, a_col, a, b_ptr, b_col, b, output[0], output[1])
+
+
+def _spgemm_backward(ctx, _, __, dc):
+    a_ptr, a_col, a, b_ptr, b_col, b, ptr, col = ctx.saved_tensors
+    (a_shape, b_shape), need_a, need_b = ctx.shapes, ctx.needs_input_grad[3], ctx.needs_input_grad[7]
+    da = _spgemm_grad_a(a_ptr, a_col, a_shape, b_ptr, b_col, b_shape, b, ptr, col, dc) if need_a else None
+    db = _spgemm_grad_b(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, ptr, col, dc) if need_b else None
+    return None, None, None, da, None, None, None, db
+
+
+_spgemm.register_autograd(_spgemm_backward, setup_context=_spgemm_setup)
+
+
+def spgemm(A: CSRView, a: Tensor, B: CSRView, b: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """(ptr, col, c): the product of A's pattern with values a and B's with values b
+    (see _backends.spgemm), c differentiable in a and b."""
+    return _spgemm(A.ptr, A.col, list(A.shape), a, B.ptr, B.col, list(B.shape), b)
 
 
 @torch.library.custom_op("tsgu::trisolve", mutates_args=())

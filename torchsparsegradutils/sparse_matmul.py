@@ -1,16 +1,20 @@
-"""sparse_mm: sparse A times dense B, with a gradient for A that stays sparse."""
+"""sparse_mm: sparse A times dense or sparse B, with gradients that stay sparse."""
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _backends, _ops
 from ._core.intake import as_csr
-from ._core.saved import load_operand, save_operand
+from ._core.saved import load_operand, load_operands, save_operand, save_operands
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import MM_DTYPES, check_operands, check_reduce, eager_only, records_graph
-from ._core.view import CSRView, view_of
+from ._core.torch_sparse import coo_tensor, csr_tensor
+from ._core.validate import (MM_DTYPES, check_operands, check_reduce, check_sparse_operands, eager_only,
+                             error, records_graph)
+from ._core.view import CSRView, coo_from_values, csr_from_values, entry_rows, view_of
 
 
-def sparse_mm(A, B: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
-    r"""Sparse @ dense, ``C = A @ B``, whose gradient w.r.t. ``A`` is sparse.
+def sparse_mm(A, B, reduce: str = "sum"):
+    r"""Sparse @ dense or sparse @ sparse, ``C = A @ B``, whose gradients w.r.t. the
+    sparse operands are sparse.
 
     A drop-in for :func:`torch.sparse.mm` (``torch.sparse.mm(mat1, mat2, reduce)``)
     with the contract of the published ``torchsparsegradutils.sparse_mm``.
@@ -23,7 +27,8 @@ def sparse_mm(A, B: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
         ``torch.compile`` traces).  On CPU, 16-bit products are summed in float32
         and rounded once (to nearest, ties to even), in forward and backward alike;
         ``grad_B``'s float32 sums take a buffer of its size in float32 meanwhile.
-    B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device.
+    B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device;
+        or sparse like ``A`` (COO, CSR or ``SparseCSR``; see "Sparse B" below).
     reduce : ``"sum"`` (the product), ``"mean"``, ``"amax"`` or ``"amin"``
         How the products ``A[i,j] * B[j,:]`` of row ``i``'s stored entries are
         combined, as in ``torch.sparse.mm``: ``"mean"`` divides the sum by the
@@ -35,7 +40,8 @@ def sparse_mm(A, B: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
 
     Returns
     -------
-    Dense tensor of shape ``(n, p)`` or ``(b, n, p)``.
+    Dense tensor of shape ``(n, p)`` or ``(b, n, p)``; with a sparse B, a sparse one
+    (see below).
 
     Gradients
     ---------
@@ -52,6 +58,22 @@ def sparse_mm(A, B: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
     ``grad_A[e] += G[i,k] B[j,k]`` and ``grad_B[j,k] += A[e] G[i,k]``, as
     PyTorch's CSR reduce has it.
 
+    Sparse B
+    --------
+    ``C = A @ B`` is sparse, on the structural product pattern (an entry wherever a
+    stored ``A[i,j]`` meets a stored ``B[j,c]``, kept where the sum cancels, as in
+    ``torch.sparse.mm``), with its columns sorted in each row.  Its layout is A's:
+    COO gives a coalesced COO tensor, CSR a CSR tensor (a batch of CSR tensors
+    needs one entry count per item, as PyTorch's batched CSR does; else
+    ``ValueError``: take COO with three sparse dimensions), and a ``SparseCSR`` on
+    either side gives a ``SparseCSR``.  Forward is a row-by-row (Gustavson) product
+    in C, a pass that sizes the rows and one that fills them.  Backward computes
+    only the operands' stored entries, ``grad_A[i,j] = sum_c G[i,c] B[j,c]`` and
+    ``grad_B[j,c] = sum_i A[i,j] G[i,c]``, from a sparse ``G`` (any pattern) or a
+    dense one (after ``C.to_dense()``): never the full ``G @ B^T`` or ``A^T @ G``,
+    and no memory beyond the gradients but O(nnz(A) + nnz(B)).  ``reduce`` must be
+    ``"sum"``; there is no second derivative.
+
     Under ``torch.compile`` a ``SparseCSR`` operand is traced (the kernels are
     custom operators); a torch sparse tensor breaks the graph there and runs eagerly.
 
@@ -67,13 +89,17 @@ def sparse_mm(A, B: torch.Tensor, reduce: str = "sum") -> torch.Tensor:
         or B not strided; batch or inner dimensions that differ; different
         devices; malformed sparse structure (indices out of range, row pointers
         decreasing or not ending at nnz, unsorted or repeated columns in a CSR row);
-        ``reduce`` not one of the four above, or other than ``"sum"`` with a sparse B.
+        ``reduce`` not one of the four above, or other than ``"sum"`` with a sparse B;
+        a batched CSR product whose items hold different numbers of entries.
     TypeError
         Values of a dtype other than float16/bfloat16/float32/float64, or A and B of
         different dtypes.
     """
     if reduce != "sum":
         return _sparse_mm_reduce(A, B, reduce)
+    if not isinstance(B, torch.Tensor) or B.layout is not torch.strided:
+        if isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided):
+            return _sparse_sparse_mm(A, B)
     if not isinstance(A, SparseCSR):
         return _sparse_mm_torch(A, B)
     shape = _check(A, B)
@@ -170,6 +196,87 @@ class SparseMatMul(torch.autograd.Function):
             grad_A = view.grad_like(_backends.sddmm(view, G, B, ctx.mean)) if need_A else None
             grad_B = _backends.spmm_t(view, G, ctx.mean) if need_B else None
         return grad_A, grad_B, None
+
+
+# ---------------------------------------------------------------- sparse @ sparse
+def _sparse_sparse_mm(A, B):
+    """sparse_mm with a sparse B: two torch sparse tensors through SparseSparseMatMul
+    (eager); a SparseCSR on either side through the custom op (what compile traces),
+    the other operand taken as its components."""
+    a_shape, b_shape = check_sparse_operands(A, B, "sparse_mm")
+    shape = torch.Size([*a_shape[:-1], b_shape[-1]])
+    if isinstance(A, SparseCSR) or isinstance(B, SparseCSR):
+        (a, a_values), (b, b_values) = _components(A), _components(B)
+        ptr, col, values = _ops.spgemm(a, a_values, b, b_values)
+        return _product(SparseCSR if isinstance(A, SparseCSR) else A.layout, ptr, col, values, shape)
+    return _sparse_sparse_torch(A, B, shape)
+
+
+@eager_only
+def _components(X):
+    """(CSRView, values) of a sparse operand, the values differentiable w.r.t. it."""
+    if isinstance(X, SparseCSR):
+        return X.view(), X.values
+    view = as_csr(X)
+    return view, _values_of(X, view.values)
+
+
+@eager_only
+def _sparse_sparse_torch(A: torch.Tensor, B: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    if records_graph(A, B):
+        return SparseSparseMatMul.apply(A, B)
+    return _product(A.layout, *_backends.spgemm(as_csr(A), as_csr(B)), shape)
+
+
+def _product(layout, ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: torch.Size):
+    """The product C from its pattern (global row pointers, columns) and values, in
+    `layout` (torch.sparse_coo, torch.sparse_csr, or SparseCSR); differentiable in
+    values where they carry a graph."""
+    if layout is SparseCSR:
+        return SparseCSR(ptr, col, values, tuple(shape))
+    learns = values.requires_grad
+    if layout == torch.sparse_coo:
+        rows = entry_rows(ptr)
+        n = shape[-2]
+        indices = torch.stack([rows // n, rows % n, col] if len(shape) == 3 else [rows, col])
+        return (coo_from_values if learns else coo_tensor)(indices, values, shape, is_coalesced=True)
+    if len(shape) == 3:                            # PyTorch's batched CSR: one entry count per item
+        b, n = shape[0], shape[1]
+        starts = ptr[0:b * n + 1:n] if n else ptr.new_zeros(b + 1)
+        counts = starts.diff()
+        if b and not bool((counts == counts[0]).all()):
+            raise error(ValueError, "the batch items of A @ B hold different numbers of entries, which PyTorch's "
+                        "batched CSR cannot hold: take A as COO with three sparse dimensions, or a SparseCSR",
+                        f"entries per item: {counts.tolist()}")
+        per = int(counts[0]) if b else 0
+        ptr = torch.cat([ptr[:-1].reshape(b, n), ptr[n:b * n + 1:n].reshape(b, 1)], 1) - starts[:-1, None] \
+            if n else ptr.new_zeros(b, 1)
+        col, values = col.reshape(b, per), values.reshape(b, per)
+    return (csr_from_values if learns else csr_tensor)(ptr, col, values, shape)
+
+
+class SparseSparseMatMul(torch.autograd.Function):
+    """The autograd Function behind :func:`sparse_mm` with two torch sparse tensors
+    (validate with sparse_mm first): C = A @ B, sparse, in A's layout."""
+
+    @staticmethod
+    def forward(ctx, A, B):
+        a, b = as_csr(A), as_csr(B)
+        ptr, col, values = _backends.spgemm(a, b)
+        need_A, need_B = ctx.needs_input_grad
+        # grad_A reads B's values and A's pattern; grad_B reads A's values and B's pattern
+        save_operands(ctx, [(A, a, need_B), (B, b, need_A)])
+        return _product(A.layout, ptr, col, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, G):
+        ((a, _), (b, _)), _ = load_operands(ctx)
+        need_A, need_B = ctx.needs_input_grad
+        g = G if G.layout == torch.strided else as_csr(G)      # a sparse G: any pattern, checked
+        grad_A = a.grad_like(_backends.spgemm_grad_a(a, b, g)) if need_A else None
+        grad_B = b.grad_like(_backends.spgemm_grad_b(a, b, g)) if need_B else None
+        return grad_A, grad_B
 
 
 def _values_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

@@ -74,6 +74,29 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
     return _backend(True, G, B).sddmm(A, G, B)
 
 
+# --------------------------------------------------------- sparse @ sparse (sparse_mm)
+# A[k] n x l times B[k] l x m, both CSRViews (no kept-rows view); the product comes as
+# (ptr, col, values): global row pointers (batch*n+1,), int64 columns increasing in each
+# row.  G, the gradient w.r.t. C, is a CSRView or a dense tensor.  No CUDA kernel of ours.
+def spgemm(A: CSRView, B: CSRView):
+    """(ptr, col, values) of C = A @ B for every batch item."""
+    return _backend(False, A.values, B.values).spgemm(A, B)
+
+
+def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:
+    """The gradient of A @ B w.r.t. A's values, at A's stored entries (shaped like A.col)."""
+    return _backend(False, B.values, _grad_values(G)).spgemm_grad_a(A, B, G)
+
+
+def spgemm_grad_b(A: CSRView, B: CSRView, G) -> torch.Tensor:
+    """The gradient of A @ B w.r.t. B's values, at B's stored entries (shaped like B.col)."""
+    return _backend(False, A.values, _grad_values(G)).spgemm_grad_b(A, B, G)
+
+
+def _grad_values(G) -> torch.Tensor:
+    return G.values if isinstance(G, CSRView) else G
+
+
 # ------------------------------------------------- amax / amin (sparse_mm's reduce)
 # arg (int32, the shape of C, or (kept rows, p) for a hypersparse view): for each
 # output element, the offset in its row of the entry whose product it holds, -1 for

@@ -120,6 +120,61 @@ def transpose_pattern(A: CSRView):
     return tptr, trow, tperm
 
 
+# ------------------------------------------------------------- sparse @ sparse (sparse_mm)
+# A[k] is n x l and B[k] l x m; the product's pattern comes as global row pointers
+# (batch*n+1,) and int64 columns, increasing in each row.  The kernels take one index
+# dtype for all their sparse operands: int32 ones are widened where the dtypes differ.
+def spgemm(A: CSRView, B: CSRView):
+    """(ptr, col, values) of C = A @ B for every batch item (csrc/spgemm_count.c sizes
+    the rows, csrc/spgemm.c fills them)."""
+    A, B = _one_index_dtype(A, B)
+    nt, dims = torch.get_num_threads(), (A.batch, A.nrows, A.ncols, B.ncols)
+    ptr = torch.empty(A.batch * A.nrows + 1, dtype=torch.int64)
+    _C.spgemm_count(A.ptr, A.col, B.ptr, B.col, *dims, ptr, nt)
+    nnz = int(ptr[-1])
+    col = torch.empty(nnz, dtype=torch.int64)
+    values = torch.empty(nnz, dtype=A.values.dtype)
+    _C.spgemm(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), *dims, ptr, col, values, nt)
+    return ptr, col, values
+
+
+def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:
+    """The gradient of A @ B w.r.t. A's values, shaped like A.col, for G = dL/dC a
+    CSRView (C's shape, any pattern) or a dense tensor (csrc/spgemm_grad_a.c)."""
+    A, B, G = _one_index_dtype(A, B, G)
+    g = torch.empty(A.col.shape, dtype=B.values.dtype)
+    _C.spgemm_grad_a(A.ptr, A.col, B.ptr, B.col, plain(B.values), A.batch, A.nrows, A.ncols, B.ncols,
+                     *_grad_arrays(G), g, torch.get_num_threads())
+    return g
+
+
+def spgemm_grad_b(A: CSRView, B: CSRView, G) -> torch.Tensor:
+    """The gradient of A @ B w.r.t. B's values, shaped like B.col (csrc/spgemm_grad_b.c,
+    on A's transposed pattern)."""
+    A, B, G = _one_index_dtype(A, B, G)
+    g = torch.empty(B.col.shape, dtype=A.values.dtype)
+    _C.spgemm_grad_b(A.ptr, A.col, plain(A.values), *transpose_pattern(A), B.ptr, B.col, A.batch, A.nrows,
+                     A.ncols, B.ncols, *_grad_arrays(G), g, torch.get_num_threads())
+    return g
+
+
+def _grad_arrays(G):
+    """The upstream gradient as the kernels take it: (ptr, col, values) of a CSRView,
+    or (dense, None, None)."""
+    if isinstance(G, CSRView):
+        return G.ptr, G.col, plain(G.values)
+    return dense_operand(G), None, None
+
+
+def _one_index_dtype(*operands):
+    """The operands (CSRViews, or a dense G) with one index dtype: int64 unless all are int32."""
+    views = [X for X in operands if isinstance(X, CSRView)]
+    if all(X.ptr.dtype == views[0].ptr.dtype for X in views):
+        return operands
+    return tuple(X._replace(ptr=X.ptr.long(), col=X.col.long()) if isinstance(X, CSRView) else X
+                 for X in operands)
+
+
 # ------------------------------------------------------------------------- solves
 def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """X = A^{-1} B (or A^{-T} B with transpose) for every batch item of a triangular A;

@@ -169,6 +169,70 @@ def gather_arg(A: CSRView, arg: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------- solves
+# ------------------------------------------------------------- sparse @ sparse (sparse_mm)
+# Every product A[i,j] B[j,c] is an index pair (e, f) of A's and B's entries: O(products)
+# temporaries (no dense matrix), on any device.
+def _product_pairs(A: CSRView, B: CSRView):
+    """(e, f, row, col): for each product of C = A @ B, its entries e of A and f of B
+    (flat indices), C's global row k*n + i and its column c in the item."""
+    _, rows_a, cols_a = global_csr(A)          # cols_a = k*l + j: the global row of B
+    B2, _, cols_b = global_csr(B)
+    ptr_b = B2.crow_indices()
+    start, counts = ptr_b[cols_a], ptr_b[cols_a + 1] - ptr_b[cols_a]
+    e = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    first = torch.cumsum(counts, 0) - counts               # each e's first pair
+    f = torch.arange(e.numel(), device=e.device) - first[e] + start[e]
+    row = rows_a[e]
+    col = cols_b[f] - (row // A.nrows) * B.ncols if A.nrows else cols_b[f]
+    return e, f, row, col
+
+
+def spgemm(A: CSRView, B: CSRView):
+    """(ptr, col, values) of C = A @ B for every batch item, as the C kernels give them."""
+    e, f, row, col = _product_pairs(A, B)
+    m = B.ncols
+    key, where = torch.unique(row * m + col, return_inverse=True)          # sorted: by row, then column
+    a, b = A.values.reshape(-1), B.values.reshape(-1)
+    wide = torch.float32 if a.dtype in _HALF else a.dtype
+    values = torch.zeros(key.numel(), dtype=wide, device=a.device).index_add_(0, where, a[e].to(wide) * b[f].to(wide))
+    counts = torch.bincount(key // m if m else key, minlength=A.batch * A.nrows)
+    ptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+    return ptr, key % m if m else key, values.to(a.dtype)
+
+
+def _grad_at(G, row: torch.Tensor, col: torch.Tensor, m: int) -> torch.Tensor:
+    """G[row, col] for a dense G ((b, n, m) or (n, m)) or a CSRView (zero where it stores none)."""
+    if not isinstance(G, CSRView):
+        return G.reshape(-1, m)[row, col]
+    _, g_rows, g_cols = global_csr(G)
+    stored = g_rows * m + (g_cols - (g_rows // G.nrows) * m if G.nrows else g_cols)
+    wanted = row * m + col
+    if stored.numel() == 0:
+        return G.values.new_zeros(wanted.shape)
+    at = torch.searchsorted(stored, wanted).clamp_(max=stored.numel() - 1)
+    return torch.where(stored[at] == wanted, G.values.reshape(-1)[at], G.values.new_zeros(()))
+
+
+def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:
+    """The gradient of A @ B w.r.t. A's values, shaped like A.col."""
+    e, f, row, col = _product_pairs(A, B)
+    b = B.values.reshape(-1)
+    wide = torch.float32 if b.dtype in _HALF else b.dtype
+    g = torch.zeros(A.col.numel(), dtype=wide, device=b.device)
+    g.index_add_(0, e, b[f].to(wide) * _grad_at(G, row, col, B.ncols).to(wide))
+    return g.to(b.dtype).reshape(A.col.shape)
+
+
+def spgemm_grad_b(A: CSRView, B: CSRView, G) -> torch.Tensor:
+    """The gradient of A @ B w.r.t. B's values, shaped like B.col."""
+    e, f, row, col = _product_pairs(A, B)
+    a = A.values.reshape(-1)
+    wide = torch.float32 if a.dtype in _HALF else a.dtype
+    g = torch.zeros(B.col.numel(), dtype=wide, device=a.device)
+    g.index_add_(0, f, a[e].to(wide) * _grad_at(G, row, col, B.ncols).to(wide))
+    return g.to(a.dtype).reshape(B.col.shape)
+
+
 def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """X = A^{-1} B (or A^{-T} B) through PyTorch's sparse triangular solve on the
     block-diagonal 2D form (cuSPARSE serves it on CUDA), after the kernel's structure

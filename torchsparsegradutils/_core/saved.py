@@ -2,7 +2,8 @@
 
 `save_operand` / `load_operand` keep a view (and whatever else a Function needs)
 across forward and backward so that in-place edits of A's values are caught or
-cannot matter; `save_view` / `load_view` keep a view alone.
+cannot matter; `save_operands` / `load_operands` do the same for several sparse
+operands (sparse @ sparse).
 """
 import weakref
 from typing import Optional
@@ -13,21 +14,8 @@ from .torch_sparse import csr_tensor
 from .view import CSRView
 
 
-def save_view(ctx, view: CSRView, *tensors) -> None:
-    """ctx.save_for_backward of a view's arrays and of `tensors` (None allowed);
-    load_view gives both back."""
-    ctx.tsgu_view = view._replace(ptr=None, col=None, values=None, coo_indices=None, rows=None)
-    ctx.save_for_backward(view.ptr, view.col, view.values, view.coo_indices, view.rows, *tensors)
-
-
-def load_view(ctx):
-    """(view, tensors) as save_view saved them."""
-    ptr, col, values, coo_indices, rows, *tensors = ctx.saved_tensors
-    return ctx.tsgu_view._replace(ptr=ptr, col=col, values=values, coo_indices=coo_indices, rows=rows), tensors
-
-
 def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensors) -> None:
-    """Save the sparse operand A (seen as `view`) and `tensors` for backward.
+    """Save the sparse operand A (seen as `view`) and `tensors` (None allowed) for backward.
 
     With need_values, the backward reads A's values, and never edited ones: the
     values arrays of a sparse tensor are aliases that do not share a version
@@ -35,23 +23,42 @@ def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensor
     saved too and an in-place edit of it raises autograd's "modified by an
     inplace operation" error; where it cannot be found, the backward gets a
     private copy of the values.  A itself is kept for second derivatives."""
-    if A.requires_grad and A.layout == torch.sparse_csr and A.dim() == 3:
-        accumulate_batched_csr_grads(A)
-    values = None
-    guard = None
-    if need_values:
-        values = view.values
-        guard = values_guard(A)
-        if guard is None and _shares_storage(values, A):
-            values = values.clone()
-    save_view(ctx, view._replace(values=values), guard, A, *tensors)
+    save_operands(ctx, [(A, view, need_values)], *tensors)
 
 
 def load_operand(ctx):
     """(view, A, tensors) as save_operand saved them; view.values is None unless
     the operand was saved with need_values."""
-    view, (_, A, *tensors) = load_view(ctx)
+    ((view, A),), tensors = load_operands(ctx)
     return view, A, tensors
+
+
+def save_operands(ctx, operands, *tensors) -> None:
+    """save_operand of several sparse operands at once: `operands` holds an
+    (A, view, need_values) for each; load_operands gives them back in order."""
+    views, arrays = [], []
+    for A, view, need_values in operands:
+        if A.requires_grad and A.layout == torch.sparse_csr and A.dim() == 3:
+            accumulate_batched_csr_grads(A)
+        values = guard = None
+        if need_values:
+            values = view.values
+            guard = values_guard(A)
+            if guard is None and _shares_storage(values, A):
+                values = values.clone()
+        views.append(view._replace(ptr=None, col=None, values=None, coo_indices=None, rows=None))
+        arrays += [view.ptr, view.col, values, view.coo_indices, view.rows, guard, A]
+    ctx.tsgu_views = views
+    ctx.save_for_backward(*arrays, *tensors)
+
+
+def load_operands(ctx):
+    """([(view, A), ...], tensors) as save_operands saved them."""
+    saved, pairs = ctx.saved_tensors, []
+    for q, view in enumerate(ctx.tsgu_views):
+        ptr, col, values, coo_indices, rows, _, A = saved[7 * q:7 * q + 7]
+        pairs.append((view._replace(ptr=ptr, col=col, values=values, coo_indices=coo_indices, rows=rows), A))
+    return pairs, list(saved[7 * len(pairs):])
 
 
 def accumulate_batched_csr_grads(A: torch.Tensor) -> None:

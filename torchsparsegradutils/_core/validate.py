@@ -127,6 +127,46 @@ def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
     return a_shape, b_shape
 
 
+def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
+    """Sparse @ sparse: A and B each a sparse COO/CSR tensor (n, m) or (b, n, m) without
+    dense dims, or a SparseCSR; both 2D or both 3D with one batch size, A's columns B's
+    rows, one device and one dtype (one of `dtypes`).  Returns (A's shape, B's shape)."""
+    shapes, values = [], []
+    for X, which in ((A, "A"), (B, "B")):
+        if isinstance(X, SparseCSR):
+            shapes.append(X.shape)
+            values.append(X.values)
+            continue
+        check_no_functorch(name)
+        if not isinstance(X, torch.Tensor):
+            raise ValueError("Both A and B should be instances of torch.Tensor")
+        if X.layout is not torch.sparse_coo and X.layout is not torch.sparse_csr:
+            raise error(ValueError, f"{which} should be in either COO or CSR sparse format", f"got {X.layout}")
+        if X.dense_dim() != 0:
+            raise ValueError(f"{which} must not have dense dimensions (hybrid sparse tensors are not supported), "
+                             f"got {X.dense_dim()}")
+        shapes.append(X.shape)
+        values.append(X)
+    (a_shape, b_shape), (a, b) = shapes, values
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise ValueError("Both A and B should be at least 2-dimensional tensors")
+    if len(a_shape) != len(b_shape) or len(a_shape) > 3:
+        raise error(ValueError, "A and B must both be 2D or both be 3D tensors",
+                    f"got {len(a_shape)}D and {len(b_shape)}D")
+    if len(a_shape) == 3 and a_shape[0] != b_shape[0]:
+        raise error(ValueError, "If batched, A and B must have the same batch size",
+                    f"got {a_shape[0]} and {b_shape[0]}")
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
+    if a.device != b.device:
+        raise ValueError(f"A and B must be on the same device, got {a.device} and {b.device}")
+    if a.dtype not in dtypes:
+        raise TypeError(f"{name} supports {dtype_names(dtypes)} values, got A of dtype {a.dtype}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"A and B must have the same dtype, got {a.dtype} and {b.dtype}")
+    return a_shape, b_shape
+
+
 # sparse_mm's reduce= (torch.sparse.mm's): how each row's products are combined
 REDUCTIONS = ("sum", "mean", "amax", "amin")
 
