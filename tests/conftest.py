@@ -343,6 +343,42 @@ def _make_mm(spec: Spec) -> Case:
     return _sparse_case(spec, D, {"B": B}, lambda A, B: tsgu.sparse_mm(A, B), lambda Dv, B: Dv @ B)
 
 
+def shared_pattern_dense(batch, n, m, nnz, dtype, gen, empty_rows=True):
+    """random_dense with one pattern for all batch items (values differ): the product of
+    two such batches has one entry count per item, as PyTorch's batched CSR needs."""
+    pattern = random_dense(1, n, m, nnz, dtype, gen, empty_rows) != 0
+    vals = torch.randn(batch, n, m, generator=gen, dtype=dtype)
+    return torch.where(pattern, torch.where(vals == 0, torch.ones_like(vals), vals), torch.zeros_like(vals))
+
+
+def dense_product(C) -> torch.Tensor:
+    """The dense matrix of a sparse product C (a torch sparse tensor or SparseCSR),
+    differentiable in its values (PyTorch's to_dense() cannot differentiate a batched CSR)."""
+    if isinstance(C, tsgu.SparseCSR) or (C.layout == torch.sparse_csr and C.dim() == 3):
+        ptr, col, values = (C.crow_indices, C.col_indices, C.values) if isinstance(C, tsgu.SparseCSR) else \
+            (C.crow_indices(), C.col_indices(), C.values())
+        rows, cols = compressed_positions(ptr, col)
+        b, n, m = (C.shape[0] if len(C.shape) == 3 else 1), C.shape[-2], C.shape[-1]
+        return torch.zeros(b * n, m, dtype=values.dtype).index_put((rows, cols), values.reshape(-1)).reshape(C.shape)
+    return C.to_dense()
+
+
+def _make_mm_sparse(spec: Spec) -> Case:
+    """sparse_mm(A, B) with B sparse in A's layout too: A (n, m), B (m, p) with about half
+    its cells stored, both batches on one pattern each (see shared_pattern_dense)."""
+    gen = seeded("sparse_mm_sparse", spec)
+    DA = _squeeze(shared_pattern_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    DB = _squeeze(shared_pattern_dense(_batch(spec), spec.m, spec.p, (spec.m * spec.p + 1) // 2, spec.dtype, gen,
+                                       False), spec)
+    B = to_sparse(DB, spec.layout, spec.itype, seeded("layout B", spec))
+    case = _sparse_case(spec, DA, {"B_values": leaf_like(values_of(B))},
+                        lambda A, bv: dense_product(tsgu.sparse_mm(A, rebuild(B, bv, spec.ours))), lambda Dv: Dv)
+    A = case.build(case.leaves["values"].detach())
+    case.ref = lambda v, bv: dense_of(A, v) @ dense_of(B, bv)
+    case.structure = case.structure + structure_of(B)
+    return case
+
+
 # sparse_mm's reduce besides "sum": the variants of the op "sparse_mm_reduce"
 REDUCTIONS = ("mean", "amax", "amin")
 
@@ -986,6 +1022,14 @@ OPS = [
        malformed_call="sparse_mm(A, torch.ones(*A.shape[:-2], A.shape[-1], 2), 'amax')",
        large=Spec(batched=True, n=2000, m=1500, p=140, nnz=20000, dtype=torch.float32, itype=torch.int32,
                   variant=1)),
+    # sparse_mm(A, B) with a sparse B (in A's layout); malformed A, then malformed B
+    Op("sparse_mm_sparse", _make_mm_sparse, function="sparse_mm", must_raise=("values", "B_values"),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
+       malformed_call="sparse_mm(A, torch.ones(*A.shape[:-2], A.shape[-1], 2).to_sparse())",
+       malformed={f"B_{name}": f"A = {src}\ninputs = [A]\n"
+                               f"call = lambda: sparse_mm(torch.ones(*A.shape[:-2], 2, A.shape[-2]).to_sparse(), A)"
+                  for name, src in MALFORMED.items()},
+       large=Spec(batched=True, n=700, m=600, p=500, nnz=12000, dtype=torch.float32, itype=torch.int32)),
     Op("sparse_triangular_solve", _make_trisolve,
        malformed_call="sparse_triangular_solve(A, torch.ones(*A.shape[:-1], 1), upper=True)",
        large=Spec(batched=True, n=300, p=6, nnz=4000), variants=8),
