@@ -208,15 +208,19 @@ def _sparse_sparse_mm(A, B):
     if isinstance(A, SparseCSR) or isinstance(B, SparseCSR):
         (a, a_values), (b, b_values) = _components(A), _components(B)
         ptr, col, values = _ops.spgemm(a, a_values, b, b_values)
-        return _product(SparseCSR if isinstance(A, SparseCSR) else A.layout, ptr, col, values, shape)
+        return _product(SparseCSR, ptr, col, values, shape)
     return _sparse_sparse_torch(A, B, shape)
 
 
-@eager_only
 def _components(X):
     """(CSRView, values) of a sparse operand, the values differentiable w.r.t. it."""
     if isinstance(X, SparseCSR):
         return X.view(), X.values
+    return _tensor_components(X)
+
+
+@eager_only
+def _tensor_components(X: torch.Tensor):
     view = as_csr(X)
     return view, _values_of(X, view.values)
 

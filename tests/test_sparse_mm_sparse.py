@@ -1,0 +1,374 @@
+"""Tests of sparse_mm(A, B) with a sparse B (sparse @ sparse).
+
+References: torch.sparse.mm itself where PyTorch has it (2D COO @ COO and CSR @ CSR:
+values, layout, coalesced flag, and for COO @ COO the gradients), and elsewhere the
+dense product in float64 with PyTorch's autograd, compared at the operands' stored
+entries; gradcheck through the values.  Also the layer of the issue this answers, the
+layout of the result for every pair of layouts, a sparse upstream gradient of any
+pattern and a dense one, the torch-ops route, thread counts, batches, empty cases,
+torch.compile of a SparseCSR model and the errors.  The hygiene sweep and property tests
+take the op from conftest's registry ("sparse_mm_sparse").
+"""
+import pytest
+import torch
+from conftest import compressed_positions, dense_product, num_threads, seeded, shared_pattern_dense, to_sparse
+
+from torchsparsegradutils import SparseCSR, _backends, _C, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils._core.native import STATUS
+
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
+       torch.float16: dict(rtol=4e-3, atol=4e-3), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
+LAYOUTS = ["coo", "coo_uncoalesced", "csr", "SparseCSR"]
+
+
+@pytest.fixture(params=["c_kernels", "torch_ops"])
+def path(request, monkeypatch):
+    """The C kernels, and the torch-ops route that other devices take (forced on the CPU)."""
+    monkeypatch.setattr(_backends, "force_torch_ops", request.param == "torch_ops")
+    return request.param
+
+
+def operand(D: torch.Tensor, layout: str, itype=torch.int64):
+    """D as a sparse operand in `layout` (LAYOUTS), and the leaf values it holds."""
+    if layout == "SparseCSR":
+        S = SparseCSR.from_torch(D.to_sparse_csr() if D.dim() == 2 else D.to_sparse())
+        values = S.values.clone().requires_grad_()
+        return S._replace(values=values), values
+    A = to_sparse(D, layout, itype, seeded("operand", layout))
+    values = (A._values() if A.layout == torch.sparse_coo else A.values()).detach().clone().requires_grad_()
+    if A.layout == torch.sparse_coo:
+        return torch.sparse_coo_tensor(A._indices(), values, A.shape, is_coalesced=A.is_coalesced()), values
+    return sparse_csr_tensor(A.crow_indices(), A.col_indices(), values, A.shape), values
+
+
+def pattern_product(DA: torch.Tensor, DB: torch.Tensor) -> torch.Tensor:
+    """Where A @ B stores an entry: a stored A[i,j] meets a stored B[j,c] (sums that cancel kept)."""
+    return ((DA != 0).double() @ (DB != 0).double()) != 0
+
+
+def stored(C):
+    """(pattern as a dense bool, dense values) of a sparse product."""
+    D = dense_product(C).detach()
+    if isinstance(C, SparseCSR) or C.layout == torch.sparse_csr:
+        ptr, col = (C.crow_indices, C.col_indices) if isinstance(C, SparseCSR) else (C.crow_indices(), C.col_indices())
+        mask = dense_product(SparseCSR(ptr, col, torch.ones(col.shape, dtype=torch.float64), tuple(C.shape))) != 0
+    else:
+        mask = torch.sparse_coo_tensor(C._indices(), torch.ones(C._nnz()), C.shape).to_dense() != 0
+    return mask, D
+
+
+def pair(n=9, l=7, m=8, batch=None, dtype=torch.float64, density=0.3, key=0):
+    gen = seeded("pair", n, l, m, batch, str(dtype), key)
+    b = batch or 1
+    DA = shared_pattern_dense(b, n, l, int(density * n * l), dtype, gen)
+    DB = shared_pattern_dense(b, l, m, int(density * l * m), dtype, gen, empty_rows=False)
+    return (DA, DB) if batch else (DA[0], DB[0])
+
+
+# ------------------------------------------------------------------ forward
+@pytest.mark.parametrize("la", LAYOUTS)
+@pytest.mark.parametrize("lb", LAYOUTS)
+@pytest.mark.parametrize("batched", [False, True])
+def test_values_pattern_and_layout(la, lb, batched, path):
+    DA, DB = pair(batch=2 if batched else None)
+    A, _ = operand(DA, la)
+    B, _ = operand(DB, lb)
+    C = sparse_mm(A, B)
+    if la == "SparseCSR" or lb == "SparseCSR":
+        assert isinstance(C, SparseCSR)
+    else:
+        assert C.layout == A.layout
+        if C.layout == torch.sparse_coo:
+            assert C.is_coalesced()
+    mask, D = stored(C)
+    assert torch.equal(mask, pattern_product(DA, DB))
+    torch.testing.assert_close(D, DA @ DB, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_same_as_torch_sparse_mm(layout, dtype):
+    """2D COO @ COO and CSR @ CSR, the calls PyTorch has: same layout, values, and entries
+    (PyTorch's CSR product leaves a row's columns unsorted; ours are sorted)."""
+    DA, DB = pair(40, 30, 35, dtype=dtype, density=0.1)
+    A, B = (DA.to_sparse(), DB.to_sparse()) if layout == "coo" else (DA.to_sparse_csr(), DB.to_sparse_csr())
+    ours, theirs = sparse_mm(A, B), torch.sparse.mm(A, B)
+    assert ours.layout == theirs.layout
+    torch.testing.assert_close(ours.to_dense(), theirs.to_dense(), **TOL[dtype])
+    if layout == "coo":
+        assert ours.is_coalesced() and torch.equal(ours.indices(), theirs.coalesce().indices())
+    else:
+        assert torch.equal(ours.crow_indices(), theirs.crow_indices())
+        rows = ours.crow_indices()
+        for i in range(DA.shape[0]):
+            mine, its = ours.col_indices()[rows[i]:rows[i + 1]], theirs.col_indices()[rows[i]:rows[i + 1]]
+            assert torch.equal(mine, its.sort().values) and bool((mine.diff() > 0).all())
+
+
+def test_a_cancelling_sum_is_still_an_entry():
+    A = torch.sparse_coo_tensor(torch.tensor([[0, 0], [0, 1]]), torch.tensor([1.0, -1.0]), (1, 2))
+    B = torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, 0]]), torch.tensor([1.0, 1.0]), (2, 1))
+    ours, theirs = sparse_mm(A, B), torch.sparse.mm(A, B)
+    assert ours._nnz() == theirs._nnz() == 1 and ours.values().item() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_values_summed_in_float32(dtype, path):
+    DA, DB = pair(dtype=torch.float64)
+    C = sparse_mm(DA.to(dtype).to_sparse_csr(), DB.to(dtype).to_sparse_csr())
+    assert C.dtype == dtype
+    want = (DA.to(dtype).double() @ DB.to(dtype).double()).to(dtype)      # exact, rounded once
+    torch.testing.assert_close(C.to_dense(), want, **TOL[dtype])
+
+
+def test_int32_and_int64_indices_mixed(path):
+    DA, DB = pair()
+    A = to_sparse(DA, "csr", torch.int32)
+    C = sparse_mm(A, DB.to_sparse())
+    torch.testing.assert_close(C.to_dense(), DA @ DB, **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("shape", [(0, 4, 3), (4, 0, 3), (4, 5, 0), (3, 4, 2)])
+def test_empty(shape, path):
+    n, l, m = shape
+    A = torch.zeros(n, l).to_sparse_csr()            # no entries at all
+    B = torch.ones(l, m).to_sparse()
+    C = sparse_mm(A, B)
+    assert C.shape == (n, m) and C._nnz() == 0
+    A = A.to_sparse().requires_grad_()
+    sparse_mm(A, B.requires_grad_()).to_dense().sum().backward()
+    assert A.grad._nnz() == 0 and B.grad.shape == B.shape
+
+
+def test_batched_csr_items_of_unequal_counts_are_refused():
+    """PyTorch's batched CSR holds one entry count per item: a product whose items differ
+    is a ValueError naming the way out, and COO with three sparse dims holds it."""
+    row0 = torch.zeros(3, 3)
+    row0[0] = 1.0
+    A = torch.stack([torch.eye(3), row0]).to_sparse_csr()          # 3 entries each
+    B = torch.ones(2, 3, 3).to_sparse_csr()
+    with pytest.raises(ValueError, match="different numbers of entries"):
+        sparse_mm(A, B)                                              # 9 and 3 entries
+    C = sparse_mm(A.to_sparse(), B)
+    torch.testing.assert_close(C.to_dense(), A.to_dense() @ B.to_dense())
+
+
+# ------------------------------------------------------------------ gradients
+def _reference_grads(DA, DB, G):
+    """grad_A, grad_B of sum(G * (A @ B)) at A's and B's stored entries (dense)."""
+    A, B = DA.clone().requires_grad_(), DB.clone().requires_grad_()
+    gA, gB = torch.autograd.grad((G * (A @ B)).sum(), (A, B))
+    return gA * (DA != 0), gB * (DB != 0)
+
+
+@pytest.mark.parametrize("la", LAYOUTS)
+@pytest.mark.parametrize("lb", LAYOUTS)
+@pytest.mark.parametrize("upstream", ["dense", "product_pattern", "other_pattern"])
+def test_gradients_at_the_stored_entries(la, lb, upstream, path):
+    DA, DB = pair(key=1)
+    gen = seeded("G", la, lb, upstream)
+    G = torch.randn(DA.shape[0], DB.shape[1], generator=gen, dtype=torch.float64)
+    if upstream == "product_pattern":
+        G = G * pattern_product(DA, DB)
+    elif upstream == "other_pattern":                 # entries C does not store, and C's missing ones
+        G = G * (torch.rand(G.shape, generator=gen) < 0.4)
+    A, va = operand(DA, la)
+    B, vb = operand(DB, lb)
+    C = sparse_mm(A, B)
+    if isinstance(C, SparseCSR):                       # its gradient is its values': G at C's entries
+        (dense_product(C) * G).sum().backward()
+        G = G * stored(C)[0]
+    else:
+        torch.autograd.backward(C, G if upstream == "dense" else G.to_sparse())
+    want_a, want_b = _reference_grads(DA, DB, G)
+    torch.testing.assert_close(va.grad, at_values(A, want_a), **TOL[torch.float64])
+    torch.testing.assert_close(vb.grad, at_values(B, want_b), **TOL[torch.float64])
+
+
+def at_values(X, D: torch.Tensor) -> torch.Tensor:
+    """D at the position of each of X's stored values, in their order: the gradient of
+    each value (a duplicate of an uncoalesced COO is one matrix entry with the others)."""
+    if isinstance(X, SparseCSR) or X.layout == torch.sparse_csr:
+        ptr, col = (X.crow_indices, X.col_indices) if isinstance(X, SparseCSR) else (X.crow_indices(), X.col_indices())
+        rows, cols = compressed_positions(ptr, col)
+        return D.reshape(-1, D.shape[-1])[rows, cols].reshape(col.shape)
+    return D[tuple(X._indices())]
+
+
+def test_gradients_of_batches(path):
+    DA, DB = pair(6, 5, 4, batch=3, key=2)
+    G = torch.randn(3, 6, 4, dtype=torch.float64, generator=seeded("G batched"))
+    want_a, want_b = _reference_grads(DA, DB, G)
+    for la, lb in [("coo", "coo"), ("csr", "csr"), ("coo", "csr"), ("SparseCSR", "coo")]:
+        A, va = operand(DA, la)
+        B, vb = operand(DB, lb)
+        C = sparse_mm(A, B)
+        (dense_product(C) * G).sum().backward()
+        torch.testing.assert_close(va.grad, at_values(A, want_a), **TOL[torch.float64])
+        torch.testing.assert_close(vb.grad, at_values(B, want_b), **TOL[torch.float64])
+
+
+def test_same_gradients_as_torch_sparse_mm_coo():
+    """PyTorch's COO @ COO backward (it multiplies out G B^T, then masks): the same values."""
+    DA, DB = pair(12, 10, 11, key=3)
+    grads = []
+    for mm in (torch.sparse.mm, sparse_mm):
+        A, B = DA.to_sparse().requires_grad_(), DB.to_sparse().requires_grad_()
+        (mm(A, B).to_dense() * torch.arange(12 * 11.0).reshape(12, 11)).sum().backward()
+        grads.append((A.grad.coalesce(), B.grad.coalesce()))
+    for ours, theirs in zip(grads[1], grads[0]):
+        torch.testing.assert_close(ours.to_dense(), theirs.to_dense(), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("make", ["torch", "ours"])
+def test_gradcheck_through_the_values(make, path):
+    DA, DB = pair(5, 4, 6, key=4)
+    A, B = DA.to_sparse(), DB.to_sparse_csr()
+    coo = torch.sparse_coo_tensor if make == "torch" else sparse_coo_tensor
+    csr = torch.sparse_csr_tensor if make == "torch" else sparse_csr_tensor
+
+    def f(va, vb):
+        C = sparse_mm(coo(A.indices(), va, A.shape), csr(B.crow_indices(), B.col_indices(), vb, B.shape))
+        return C.to_dense()
+    assert torch.autograd.gradcheck(f, (A.values().clone().requires_grad_(), B.values().clone().requires_grad_()))
+
+
+def test_the_learnable_sparse_layer():
+    """The layer of the PyTorch question this answers: a sparse weight times a sparse input,
+    torch.sparse.mm swapped for sparse_mm; same output and weight gradient."""
+    class SparseLinearLayer(torch.nn.Module):
+        def __init__(self, in_features, out_features, mm):
+            super().__init__()
+            self.weight_indices = torch.tensor([[0, 1, 0], [0, 1, 2]])
+            self.weight_values = torch.nn.Parameter(torch.tensor([0.5, -1.5, 2.0]))
+            self.in_features, self.out_features, self.mm = in_features, out_features, mm
+
+        def forward(self, x):
+            weight = torch.sparse_coo_tensor(self.weight_indices, self.weight_values,
+                                             size=(self.out_features, self.in_features))
+            return self.mm(weight, x)
+
+    x = torch.sparse_coo_tensor(torch.tensor([[0, 2], [0, 0]]), torch.tensor([1.5, -2.0]), (3, 1))
+    out, grads = [], []
+    for mm in (torch.sparse.mm, sparse_mm):
+        layer = SparseLinearLayer(3, 2, mm)
+        y = layer(x)
+        y.to_dense().square().sum().backward()
+        out.append(y)
+        grads.append(layer.weight_values.grad)
+    assert out[1].layout == out[0].layout and out[1].is_coalesced()
+    torch.testing.assert_close(out[1].to_dense(), out[0].to_dense())
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_no_second_derivative():
+    DA, DB = pair(key=5)
+    A, B = DA.to_sparse().requires_grad_(), DB.to_sparse().requires_grad_()
+    g, = torch.autograd.grad(sparse_mm(A, B).to_dense().square().sum(), A, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiate"):
+        torch.autograd.grad(g.coalesce().values().sum(), B)
+
+
+def test_inplace_edit_of_values_between_forward_and_backward_raises():
+    DA, DB = pair(key=6)
+    A, va = operand(DA, "csr")
+    B, vb = operand(DB, "coo")
+    C = sparse_mm(A, B)
+    with torch.no_grad():
+        vb.mul_(2)                                   # grad_A reads B's values
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        C.to_dense().sum().backward()
+
+
+# ------------------------------------------------------------------ threads, routes
+def test_same_bits_for_any_thread_count():
+    DA, DB = pair(400, 300, 350, dtype=torch.float32, density=0.03, key=7)
+    G = torch.randn(400, 350, generator=seeded("G threads"))
+    results = []
+    for t in (1, 2, 5):
+        with num_threads(t):
+            A, B = DA.to_sparse_csr().requires_grad_(), DB.to_sparse_csr().requires_grad_()
+            C = sparse_mm(A, B)
+            (C.to_dense() * G).sum().backward()
+            results.append((C.values(), A.grad.values(), B.grad.values()))
+    for other in results[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(results[0], other))
+
+
+def test_torch_ops_route_agrees_with_the_kernels(monkeypatch):
+    DA, DB = pair(30, 20, 25, batch=2, density=0.2, key=8)
+    G = torch.randn(2, 30, 25, dtype=torch.float64, generator=seeded("G routes"))
+    out = {}
+    for forced in (False, True):
+        monkeypatch.setattr(_backends, "force_torch_ops", forced)
+        A, B = DA.to_sparse().requires_grad_(), DB.to_sparse().requires_grad_()
+        C = sparse_mm(A, B)
+        (C.to_dense() * G).sum().backward()
+        out[forced] = (C, A.grad, B.grad)
+    assert torch.equal(out[True][0].indices(), out[False][0].indices())
+    for x, y in zip(out[True], out[False]):
+        torch.testing.assert_close(x.to_dense(), y.to_dense(), **TOL[torch.float64])
+
+
+# ------------------------------------------------------------------ compile
+class _TwoHop(torch.nn.Module):
+    """A learnable sparse weight W (SparseCSR) times a sparse input X, then a dense layer."""
+
+    def __init__(self, W: SparseCSR, f: int, c: int):
+        super().__init__()
+        self.crow, self.col, self.size = W.crow_indices, W.col_indices, W.size
+        self.w = torch.nn.Parameter(W.values.clone())
+        self.lin = torch.nn.Linear(f, c)
+
+    def forward(self, X: SparseCSR):
+        C = sparse_mm(SparseCSR(self.crow, self.col, self.w, self.size), X)
+        return self.lin(sparse_mm(C, torch.ones(C.size[-1], self.lin.in_features)))
+
+
+def test_fullgraph_compile_of_a_sparse_csr_model():
+    torch._dynamo.reset()
+    DA, DB = pair(20, 15, 18, dtype=torch.float32, density=0.2, key=9)
+    W, X = SparseCSR.from_torch(DA.to_sparse_csr()), SparseCSR.from_torch(DB.to_sparse_csr())
+    model = _TwoHop(W, 6, 3)
+    try:
+        out_c = torch.compile(model, fullgraph=True, backend="aot_eager")(X)
+        grads_c = torch.autograd.grad(out_c.square().sum(), list(model.parameters()))
+    finally:
+        torch._dynamo.reset()
+    out_e = model(X)
+    grads_e = torch.autograd.grad(out_e.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(out_c, out_e)
+    for gc, ge in zip(grads_c, grads_e):
+        torch.testing.assert_close(gc, ge)
+
+
+# ------------------------------------------------------------------ errors
+def test_errors():
+    A = torch.eye(3).to_sparse()
+    with pytest.raises(ValueError, match="reduce='mean' needs a dense B"):
+        sparse_mm(A, A, "mean")
+    with pytest.raises(ValueError, match="Incompatible inner dimensions"):
+        sparse_mm(A, torch.ones(4, 2).to_sparse())
+    with pytest.raises(TypeError, match="same dtype"):
+        sparse_mm(A, torch.eye(3, dtype=torch.float64).to_sparse())
+    with pytest.raises(TypeError, match="supports"):
+        sparse_mm(torch.eye(3, dtype=torch.int64).to_sparse(), torch.eye(3, dtype=torch.int64).to_sparse())
+    with pytest.raises(ValueError, match="both be 2D or both be 3D"):
+        sparse_mm(A, torch.ones(1, 3, 3).to_sparse())
+    with pytest.raises(ValueError, match="same batch size"):
+        sparse_mm(torch.ones(2, 3, 3).to_sparse(), torch.ones(3, 3, 3).to_sparse())
+    with pytest.raises(ValueError, match="dense dimensions"):
+        sparse_mm(A, torch.ones(3, 3, 2).to_sparse(1))
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        bad = torch.sparse_csr_tensor(torch.tensor([0, 1, 2, 2]), torch.tensor([0, 5]), torch.ones(2), (3, 3))
+        sparse_mm(A.to_sparse_csr(), bad)
+
+
+def test_product_pointers_that_do_not_fit_are_refused_in_c():
+    """_C.spgemm fills the pattern spgemm_count sized: other row pointers are EPRODUCT,
+    found before anything is written past a row."""
+    A = torch.eye(3).to_sparse_csr()
+    args = (A.crow_indices(), A.col_indices(), A.values()) * 2 + (1, 3, 3, 3)
+    for ptr in ([0, 1, 1, 2], [0, 2, 2, 2]):
+        with pytest.raises(ValueError, match=STATUS["EPRODUCT"].split(":")[0]):
+            _C.spgemm(*args, torch.tensor(ptr), torch.empty(2, dtype=torch.int64), torch.empty(2), 1)
