@@ -37,8 +37,9 @@ Each one's backward is made of the others,
     lse_grad: da = u * lse_grad(a, L, G),  dG = lse_wsum(a, L, u),  dL = -G * dG
     lse_wsum: du = lse_grad(a, L, v),  da = u * du,  dL = -v * lse_wsum(a, L, u)
     softmax:  da = softmax_grad(y, G)
-    softmax_grad (u its output's gradient): dg = softmax_grad(y, u); softmax:
-              dy = u * (g - S(g y)) - g * S(u y);  log: dy = -u * exp(y) * S(g)
+    softmax_grad (u its output's gradient): softmax: dg = softmax_grad(y, u),
+              dy = u * (g - S(g y)) - g * S(u y);  log: dg = u - S(u exp(y)),
+              dy = -u * exp(y) * S(g)
     softmax_gsum: dx = softmax_gsum(u)
     grouped_mm:    da = grouped_mm(G, M^T),   dM = grouped_mm_tn(a, G)
     grouped_mm_tn: da = grouped_mm(G, H^T),   dG = grouped_mm(a, H)   (H: out's gradient)
@@ -453,15 +454,20 @@ def _softmax_grad_setup(ctx, inputs, output):
 
 
 def _softmax_grad_backward(ctx, u):
-    """gv = softmax_grad(y, g): linear in g (dg = softmax_grad(y, u), the map is
-    self-adjoint); dy from the product rule through S (softmax_gsum)."""
+    """gv = softmax_grad(y, g), linear in g: for softmax the map is self-adjoint (dg =
+    softmax_grad(y, u)), for log-softmax its adjoint is u - S(u exp(y)); dy by the
+    product rule through S (softmax_gsum)."""
     ptr, col, y, g = ctx.saved_tensors
     need_y, need_g = ctx.needs_input_grad[3:5]
     S = lambda x: _softmax_gsum(ptr, col, ctx.shape, x, ctx.by_rows)  # noqa: E731
-    dg = _softmax_grad(ptr, col, ctx.shape, y, u, ctx.by_rows, ctx.log) if need_g else None
-    dy = None
-    if need_y:
-        dy = -u * y.exp() * S(g) if ctx.log else u * (g - S(g * y)) - g * S(u * y)
+    dg = dy = None
+    if ctx.log:
+        e = y.exp()
+        dg = u - S(u * e) if need_g else None
+        dy = -u * e * S(g) if need_y else None
+    else:
+        dg = _softmax_grad(ptr, col, ctx.shape, y, u, ctx.by_rows, False) if need_g else None
+        dy = u * (g - S(g * y)) - g * S(u * y) if need_y else None
     return None, None, None, dy, dg, None, None
 
 

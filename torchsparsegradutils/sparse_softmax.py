@@ -56,7 +56,8 @@ def sparse_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tensor, 
     coalesced pattern, its duplicates summed first, as :func:`torch.sparse.softmax`),
     or a :class:`SparseCSR` for a ``SparseCSR``.  Differentiable w.r.t. A's values:
     the gradient comes back on A's pattern, never dense (with a ``SparseCSR``, to its
-    ``values``, and differentiable again: second derivatives).
+    ``values``, and differentiable again: second derivatives; a torch sparse tensor's
+    backward with ``create_graph=True`` raises RuntimeError).
 
     Raises
     ------
@@ -139,7 +140,8 @@ def _check(A, dim, name: str) -> bool:
 class SparseSoftmax(torch.autograd.Function):
     """The eager path of a torch sparse COO/CSR (b, n, m) or (n, m) input: _backends.softmax
     of its CSR view, returned on its pattern; the backward reads the output alone (an
-    in-place edit of A's values after the forward cannot change it)."""
+    in-place edit of A's values after the forward cannot change it).  Differentiable
+    once: the custom ops of a SparseCSR give second derivatives."""
 
     @staticmethod
     def forward(ctx, A, by_rows, log):
@@ -151,8 +153,10 @@ class SparseSoftmax(torch.autograd.Function):
         return view.grad_like(y)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, G):
+        if torch.is_grad_enabled():          # create_graph=True: a graph of the backward is wanted
+            raise RuntimeError("sparse_softmax / sparse_log_softmax of a torch sparse tensor are differentiable "
+                               "once; for second derivatives (create_graph=True) pass a SparseCSR")
         view, _, (y,) = load_operand(ctx)
         g = view.values_at(G).reshape(y.shape)
         return view.grad_like(_backends.softmax_grad(view, y, g, ctx.by_rows, ctx.log)), None, None
