@@ -6,7 +6,8 @@
  * for every entry e of global row r = k*n + i; absent entries are left out (an
  * empty row has nothing to write).  Per row: one pass for the max (checking the
  * columns), one for the shifted sum of exps (tsgu_lse.h's shift and finish,
- * tsgu_exp.h's vectorized exp, four fixed lanes), one writing y.  Each row is
+ * tsgu_exp.h's vectorized exp, four fixed lanes), one writing y (for softmax in
+ * float or double: the exps, kept in y by the second pass, divided by their sum).  Each row is
  * done by one thread, so the bits do not depend on the thread count.  16-bit
  * values are computed in float and rounded once. */
 #include "tsgu.h"
@@ -58,14 +59,20 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int
         }
         if (start == end) continue;
         const acc_t shift = (acc_t)tsgu_lse_shift(vmax, 0);
+        /* softmax of a full-width type: the exps go straight into y, divided by the sum after */
+        const int keep = !x->is_log && !TSGU_NARROW;
         double s[4] = {0, 0, 0, 0};
         for (int64_t e0 = start; e0 < end; e0 += TSGU_BLOCK) {
             int64_t w = end - e0 < TSGU_BLOCK ? end - e0 : TSGU_BLOCK;
-            for (int64_t q = 0; q < w; q++) buf[q] = TSGU_EXP((acc_t)(TSGU_LOAD(Ax[e0 + q]) - shift)); /* vectorized */
-            for (int64_t q = 0; q < w; q++) s[q & 3] += buf[q];
+            acc_t *d = keep ? (acc_t *)(out + e0) : buf;  /* (keep: real_t is acc_t) */
+            for (int64_t q = 0; q < w; q++) d[q] = TSGU_EXP((acc_t)(TSGU_LOAD(Ax[e0 + q]) - shift)); /* vectorized */
+            for (int64_t q = 0; q < w; q++) s[q & 3] += d[q];
         }
-        const acc_t L = (acc_t)tsgu_lse_finish(shift, (s[0] + s[1]) + (s[2] + s[3]), 0);
-        if (x->is_log)
+        const double sum = (s[0] + s[1]) + (s[2] + s[3]);
+        const acc_t L = (acc_t)tsgu_lse_finish(shift, sum, 0), ssum = (acc_t)sum;
+        if (keep)
+            for (int64_t e = start; e < end; e++) out[e] = TSGU_STORE(TSGU_LOAD(out[e]) / ssum);
+        else if (x->is_log)
             for (int64_t e = start; e < end; e++) out[e] = TSGU_STORE((acc_t)(TSGU_LOAD(Ax[e]) - L));
         else
             for (int64_t e = start; e < end; e++) out[e] = TSGU_STORE(TSGU_EXP((acc_t)(TSGU_LOAD(Ax[e]) - L)));
