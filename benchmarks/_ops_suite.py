@@ -1,5 +1,5 @@
-"""The driver shared by benchmarks/indexed_matmul.py, benchmarks/sparse_logsumexp.py and
-benchmarks/reduce.py.
+"""The driver shared by benchmarks/indexed_matmul.py, benchmarks/sparse_logsumexp.py,
+benchmarks/reduce.py and benchmarks/sparse_softmax.py.
 
 Every method runs in a _ops_worker.py subprocess: ours and the PyTorch
 formulations with this interpreter, the published release (where the op has one)

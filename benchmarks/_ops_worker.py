@@ -1,6 +1,6 @@
 """Cases, methods, references and the worker of the gather_mm / segment_mm,
-sparse_logsumexp and sparse_mm reduce benchmarks (benchmarks/indexed_matmul.py,
-benchmarks/sparse_logsumexp.py, benchmarks/reduce.py).
+sparse_logsumexp, sparse_mm reduce and sparse_softmax benchmarks (benchmarks/indexed_matmul.py,
+benchmarks/sparse_logsumexp.py, benchmarks/reduce.py, benchmarks/sparse_softmax.py).
 
 Like _harness.py this file needs torch only, and runs as a subprocess worker:
 ``python -I benchmarks/_ops_worker.py`` reads one JSON job on stdin and prints
@@ -17,7 +17,9 @@ reps, threads, and repo (put first on sys.path: the repository whose
 products, scatter_reduce / scatter_add for log-sum-exp); for sparse_mm_reduce,
 "ours" and "torch CSR" (torch.sparse.mm(A, B, reduce)) on a leaf CSR tensor, and
 "scatter" (index_select of B's rows times the values, scatter_reduce by row: what
-GNN code falls back to).
+GNN code falls back to); for sparse_softmax, "ours" on a COO tensor built from the
+values by our sparse_coo_tensor, "ours torch COO" by torch.sparse_coo_tensor, "ours CSR"
+on our sparse_csr_tensor, "torch COO" (torch.sparse.softmax on torch's COO tensor) and "scatter" (PyG's softmax: scatter max, exp, scatter sum, divide).
 """
 import importlib.util
 import json
@@ -52,6 +54,8 @@ def make_inputs(op: str, params: dict) -> dict:
     gen = torch.Generator().manual_seed(0)
     if op == "sparse_mm_reduce":
         return _reduce_inputs(params, gen)
+    if op == "sparse_softmax":
+        return _softmax_inputs(params, gen)
     if op in ("gather_mm", "segment_mm"):
         N, R, D1, D2 = params["N"], params["R"], params["D1"], params["D2"]
         rel = torch.randint(0, R, (N,), generator=gen)
@@ -82,6 +86,17 @@ def _reduce_inputs(params: dict, gen: torch.Generator) -> dict:
     csr = torch.sparse_coo_tensor(idx, values, shape, is_coalesced=True).to_sparse_csr()
     return {"csr": csr, "rows": idx[0], "cols": idx[1], "values": values,
             "B": torch.randn(shape[1], params["p"], generator=gen), "G": torch.randn(shape[0], params["p"], generator=gen)}
+
+
+def _softmax_inputs(params: dict, gen: torch.Generator) -> dict:
+    """sparse_softmax: an n x n pattern of _matrices ("uniform" or "powerlaw", per_row
+    entries per row on average), values N(0, 1) and the output's gradient G (nnz,), float32;
+    `group` the row (dim 1) or column (dim 0) of every entry."""
+    idx, shape = M.pattern(M.MatrixSpec(params["graph"], params["n"], params["n"], per_row=params["per_row"]))
+    values = torch.randn(idx.shape[1], generator=gen)
+    csr = torch.sparse_coo_tensor(idx, values, shape, is_coalesced=True).to_sparse_csr()
+    return {"indices": idx, "shape": shape, "crow": csr.crow_indices(), "col": csr.col_indices(), "values": values,
+            "group": idx[0] if params["dim"] == 1 else idx[1], "G": torch.randn(idx.shape[1], generator=gen)}
 
 
 def necessary_bytes(op: str, params: dict, inp: dict) -> int:
@@ -139,6 +154,40 @@ def _scatter_reduce(values, B, rows, cols, n, reduce):
     return out.scatter_reduce(0, rows.unsqueeze(1).expand(-1, B.shape[1]), P, reduce, include_self=False)
 
 
+def _scatter_softmax(v, group, ngroups):
+    """PyG's softmax in plain PyTorch: the group max (scatter_reduce amax) gathered back,
+    exp, the group sum (scatter_add) gathered back, divide."""
+    mx = torch.zeros(ngroups, dtype=v.dtype).scatter_reduce(0, group, v.detach(), "amax", include_self=False)
+    e = (v - mx.index_select(0, group)).exp()
+    s = torch.zeros(ngroups, dtype=v.dtype).scatter_add(0, group, e) + 1e-16
+    return e / s.index_select(0, group)
+
+
+def _prepare_softmax(method: str, params: dict, inp: dict):
+    """The values of the softmax of each row (dim 1) or column (dim 0) of a leaf values
+    tensor's sparse matrix, in its coalesced entry order."""
+    idx, shape, dim = inp["indices"], inp["shape"], params["dim"]
+    if method == "scatter":
+        fn = lambda v: _scatter_softmax(v, inp["group"], shape[1 - dim])  # noqa: E731
+        return H.Prepared([_leaf(inp["values"])], fn, lambda g: g[0])
+    coo = lambda v: torch.sparse_coo_tensor(idx, v, shape, is_coalesced=True)  # noqa: E731
+    if method in ("ours", "ours CSR", "ours torch COO"):
+        import torchsparsegradutils as tsgu
+        if method == "ours":           # our constructor: its backward hands the values gradient through
+            fn = lambda v: tsgu.sparse_softmax(tsgu.sparse_coo_tensor(idx, v, shape, is_coalesced=True),  # noqa: E731
+                                               dim).values()
+        elif method == "ours torch COO":   # torch's constructor, whose backward masks the gradient
+            fn = lambda v: tsgu.sparse_softmax(coo(v), dim).values()  # noqa: E731
+        else:
+            fn = lambda v: tsgu.sparse_softmax(tsgu.sparse_csr_tensor(inp["crow"], inp["col"], v, shape),  # noqa: E731
+                                               dim).values()
+    elif method == "torch COO":
+        fn = lambda v: torch.sparse.softmax(coo(v), dim).values()  # noqa: E731
+    else:
+        raise H.Skip(f"no method {method} for sparse_softmax")
+    return H.Prepared([_leaf(inp["values"])], fn, lambda g: g[0])
+
+
 def _prepare_reduce(method: str, params: dict, inp: dict):
     reduce, n, B = params["reduce"], inp["G"].shape[0], _leaf(inp["B"])
     if method == "scatter":
@@ -158,6 +207,8 @@ def prepare(method: str, op: str, params: dict, inp: dict):
     """A harness Prepared: the leaves, the function of them, and the gradients to check."""
     if op == "sparse_mm_reduce":
         return _prepare_reduce(method, params, inp)
+    if op == "sparse_softmax":
+        return _prepare_softmax(method, params, inp)
     if op in ("gather_mm", "segment_mm"):
         a, b = _leaf(inp["a"]), _leaf(inp["b"])
         groups = inp["idx_b"] if op == "gather_mm" else inp["seglen_a"]
@@ -209,6 +260,10 @@ def reference(op: str, params: dict, inp: dict) -> dict:
         v, B = inp["values"].double().requires_grad_(True), inp["B"].double().requires_grad_(True)
         out = _scatter_reduce(v, B, inp["rows"], inp["cols"], inp["G"].shape[0], params["reduce"])
         return {"out": out.detach(), "grads": list(torch.autograd.grad(out, (v, B), inp["G"].double()))}
+    if op == "sparse_softmax":
+        v = inp["values"].double().requires_grad_(True)
+        out = _scatter_softmax(v, inp["group"], inp["shape"][1 - params["dim"]])
+        return {"out": out.detach(), "grads": list(torch.autograd.grad(out, v, inp["G"].double()))}
     if op in ("gather_mm", "segment_mm"):
         rel = inp["idx_b"] if op == "gather_mm" else inp["rel_sorted"]
         a, b, G = inp["a"].double(), inp["b"].double(), inp["G"].double()

@@ -138,6 +138,9 @@ PyObject *py_grouped_mm_tn(PyObject *self, PyObject *args);
 PyObject *py_lse_rows(PyObject *self, PyObject *args);
 PyObject *py_lse_cols(PyObject *self, PyObject *args);
 PyObject *py_lse_grad(PyObject *self, PyObject *args);
+/* glue_softmax.c: sparse_softmax, sparse_log_softmax */
+PyObject *py_softmax_rows(PyObject *self, PyObject *args);
+PyObject *py_softmax_grad(PyObject *self, PyObject *args);
 #ifdef TSGU_CUDA
 /* glue_cuda.c: the CUDA kernels (csrc/cuda/) */
 PyObject *py_cuda_csr_check(PyObject *self, PyObject *args);

@@ -42,7 +42,8 @@ enum {
 
 /* value types; the 16-bit ones (stored as uint16_t, summed in float, see
  * tsgu_half.h) only for the kernels of sparse_mm: spmm, spmm_t, sddmm and
- * their amax/amin forms spmm_arg, spmm_t_arg, sddmm_arg */
+ * their amax/amin forms spmm_arg, spmm_t_arg, sddmm_arg; and of sparse_softmax:
+ * softmax_rows, softmax_grad */
 typedef enum { TSGU_F32 = 0, TSGU_F64 = 1, TSGU_F16 = 2, TSGU_BF16 = 3 } tsgu_real;
 typedef enum { TSGU_I32 = 0, TSGU_I64 = 1 } tsgu_index; /* index types */
 
@@ -162,5 +163,9 @@ int tsgu_lse_rows(const tsgu_csr *A, int include_zeros, void *out, int64_t ld, v
 int tsgu_lse_cols(const tsgu_csr *A, int include_zeros, void *out, int64_t ld, int nthreads);
 int tsgu_lse_grad(const tsgu_csr *A, const void *row_lse, const void *row_grad,
                   const void *col_lse, const void *col_grad, void *out, int nthreads);
+/* softmax and log-softmax over each row's stored entries (softmax_rows.c) and their
+ * values gradient (softmax_grad.c); y, g and out hold one value per stored entry */
+int tsgu_softmax_rows(const tsgu_csr *A, int is_log, void *out, int nthreads);
+int tsgu_softmax_grad(const tsgu_csr *A, const void *y, const void *g, int is_log, void *out, int nthreads);
 
 #endif

@@ -562,6 +562,58 @@ def _make_bidir(spec: Spec) -> Case:
     return case
 
 
+def softmax_options(variant: int):
+    """(dim, log) of a softmax variant: rows (-1) or columns (-2); softmax or log-softmax."""
+    return (-1, -2)[variant & 1], bool(variant & 2)
+
+
+def dense_softmax(Dv, pattern, dim, log):
+    """The masked dense softmax: the absent entries are -inf (an empty group gives NaN,
+    read nowhere)."""
+    X = torch.where(pattern, Dv, torch.full_like(Dv, float("-inf")))
+    return (torch.log_softmax if log else torch.softmax)(X, dim)
+
+
+def stored_values(out):
+    """The values of a softmax's sparse result, differentiable: a SparseCSR's, a CSR's or
+    a (coalesced) COO's, in the order of its sorted positions."""
+    return out.values if isinstance(out, tsgu.SparseCSR) else out.values()
+
+
+def _softmax_fn(variant: int):
+    dim, log = softmax_options(variant)
+    fn = tsgu.sparse_log_softmax if log else tsgu.sparse_softmax
+    return lambda A: stored_values(fn(A, dim))
+
+
+def _softmax_ref(pattern, dense, variant: int, shape):
+    """v -> the masked dense softmax of dense(v) at the pattern, in shape"""
+    dim, log = softmax_options(variant)
+    return lambda v: dense_softmax(dense(v), pattern, dim, log)[pattern].reshape(shape)
+
+
+def _make_softmax(spec: Spec) -> Case:
+    """sparse_softmax / sparse_log_softmax (by variant) of a torch sparse A; the output is
+    its values (on the coalesced pattern)."""
+    gen = seeded("sparse_softmax", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    case = _sparse_case(spec, D, {}, _softmax_fn(spec.variant), lambda Dv: Dv)
+    A = case.build(case.leaves["values"].detach())
+    shape = case.run(case.leaves["values"].detach()).shape
+    case.ref = _softmax_ref(pattern_of(A), lambda v: dense_of(A, v), spec.variant, shape)
+    return case
+
+
+def _make_softmax_sparse_csr(spec: Spec) -> Case:
+    """sparse_softmax / sparse_log_softmax of a SparseCSR (the custom op's road)."""
+    gen = seeded("SparseCSR.softmax", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    S, values, dense = _components(spec, D)
+    pattern = dense(torch.ones(values.shape, dtype=torch.float64)) > 0
+    return Case({"values": values}, (S.crow_indices, S.col_indices), _softmax_fn(spec.variant),
+                _softmax_ref(pattern, dense, spec.variant, values.shape), build=lambda v: S._replace(values=v))
+
+
 def _make_gather_mm(spec: Spec) -> Case:
     """a (N, D1) = (n, m), b (R, D1, D2) = (3, m, p), idx (N,) of spec.itype."""
     gen = seeded("gather_mm", spec)
@@ -886,6 +938,17 @@ def _make_op_lse(spec: Spec) -> Case:
                 lambda v: torch.ops.tsgu.lse(pattern[0], pattern[1], pattern[3], v, mode, zeros), ref)
 
 
+def _make_op_softmax(spec: Spec) -> Case:
+    """tsgu::softmax by rows (even variants) or columns, softmax or log-softmax (variants 2, 3)."""
+    _, D = _random_sparse(spec, "tsgu::softmax")
+    dim, log = softmax_options(spec.variant)
+    pattern, values, dense = _op_components(spec, D)
+    stored = dense(torch.ones(values.shape, dtype=torch.float64)) > 0
+    return Case({"values": values}, pattern[:2],
+                lambda v: torch.ops.tsgu.softmax(pattern[0], pattern[1], pattern[3], v, dim == -1, log),
+                _softmax_ref(stored, dense, spec.variant, values.shape))
+
+
 def _grouping(spec: Spec, gen, R: int):
     """(off, perm, relation of each row) of spec.n rows in R groups: by relation
     indices (variant 0; perm an argsort) or consecutive segments (variant 1; perm None)."""
@@ -1057,6 +1120,15 @@ OPS = [
     Op("sparse_bidir_logsumexp", _make_bidir,
        malformed_call="sparse_bidir_logsumexp(A)",
        large=Spec(batched=True, n=1000, m=800, nnz=300000), variants=2),
+    # variants: rows / columns, softmax / log-softmax (softmax_options); the backward
+    # reads the output alone, so an edit of the values after the forward is harmless
+    Op("sparse_softmax", _make_softmax, must_raise=(), dtypes=tuple(FLOAT_TOL) + HALF_DTYPES,
+       tol={**FLOAT_TOL, **HALF_TOL}, malformed_call="sparse_softmax(A)",
+       large=Spec(batched=True, n=1000, m=800, nnz=300000), variants=4),
+    Op("SparseCSR.softmax", _make_softmax_sparse_csr, function="sparse_log_softmax", must_raise=(),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
+       malformed_call=f"sparse_log_softmax({_SPARSE_CSR_OF_A}, -2)", malformed_layouts=("csr",),
+       large=Spec(batched=True, n=1000, m=800, nnz=300000), variants=4, sparse_input=False, own_kernels=False),
     Op("gather_mm", _make_gather_mm, layouts=("dense",), batched=False, must_raise=("a", "b"),
        malformed={
            "idx_too_large": "a, b = torch.randn(4, 3), torch.randn(2, 3, 5)\n"
@@ -1133,6 +1205,11 @@ OPS = [
        malformed_call="torch.ops.tsgu.lse(A.crow_indices(), A.col_indices(), list(A.shape), A.values(), 'rows', True)",
        malformed_layouts=("csr",), dtype_error=None, large=Spec(batched=True, n=1000, m=800, nnz=300000),
        variants=8, sparse_input=False, own_kernels=False),
+    Op("torch.ops.tsgu.softmax", _make_op_softmax, must_raise=(), dtypes=tuple(FLOAT_TOL) + HALF_DTYPES,
+       tol={**FLOAT_TOL, **HALF_TOL},
+       malformed_call="torch.ops.tsgu.softmax(A.crow_indices(), A.col_indices(), list(A.shape), A.values(), True, False)",
+       malformed_layouts=("csr",), dtype_error=None, large=Spec(batched=True, n=1000, m=800, nnz=300000),
+       variants=4, sparse_input=False, own_kernels=False),
     Op("torch.ops.tsgu.grouped_mm", _make_op_grouped_mm, layouts=("dense",), batched=False, itypes=(torch.int64,),
        must_raise=("a", "M"), malformed=GROUPED_MALFORMED, malformed_match="", dtype_error=None,
        large=Spec(n=20000, m=32, p=32), variants=2, sparse_input=False, own_kernels=False),

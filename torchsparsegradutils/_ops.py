@@ -21,6 +21,10 @@ values `a` (one entry per stored position):
                            (see _backends.lse): L, one value per group
     tsgu::lse_grad(a, L, G)[e] = sum over the groups of entry e of G * exp(a[e] - L)
     tsgu::lse_wsum(a, L, u)[group] = sum over the group's entries e of u[e] * exp(a[e] - L)
+    tsgu::softmax(a)[e]  = exp(a[e] - L) (log: a[e] - L), L the log-sum-exp of the stored
+                           values of e's row (by_rows) or column: y, one per entry
+    tsgu::softmax_grad(y, g) = y * (g - S(g * y)) (log: g - exp(y) * S(g)): its values gradient
+    tsgu::softmax_gsum(x)[e] = S(x)[e], the sum of x over e's row (or column)
 and, for rows i of a dense `a` grouped by relation r(i) (offsets `off`, row order
 `perm`, from tsgu::group_rows(idx, R) for relations idx, or segments),
     tsgu::grouped_mm(a, M)[i]    = a[i] @ M[r(i)]
@@ -37,6 +41,11 @@ Each one's backward is made of the others,
     lse:      da = lse_grad(a, L, G)
     lse_grad: da = u * lse_grad(a, L, G),  dG = lse_wsum(a, L, u),  dL = -G * dG
     lse_wsum: du = lse_grad(a, L, v),  da = u * du,  dL = -v * lse_wsum(a, L, u)
+    softmax:  da = softmax_grad(y, G)
+    softmax_grad (u its output's gradient): softmax: dg = softmax_grad(y, u),
+              dy = u * (g - S(g y)) - g * S(u y);  log: dg = u - S(u exp(y)),
+              dy = -u * exp(y) * S(g)
+    softmax_gsum: dx = softmax_gsum(u)
     grouped_mm:    da = grouped_mm(G, M^T),   dM = grouped_mm_tn(a, G)
     grouped_mm_tn: da = grouped_mm(G, H^T),   dG = grouped_mm(a, H)   (H: out's gradient)
 so a backward run with create_graph=True records a graph of the same kernels
@@ -466,6 +475,102 @@ _lse_wsum.register_autograd(_lse_wsum_backward, setup_context=_lse_pair_setup)
 def lse(view: CSRView, a: Tensor, mode: str, include_zeros: bool) -> Tensor:
     """Log-sum-exp of S(a) on view's pattern (mode and shapes: _backends.lse), differentiable in a."""
     return _lse(view.ptr, view.col, list(view.shape), a, mode, include_zeros)
+
+
+# ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
+@torch.library.custom_op("tsgu::softmax", mutates_args=())
+def _softmax(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, by_rows: bool, log: bool) -> Tensor:
+    return _backends.softmax(view_of(ptr, col, a, None, shape), by_rows, log)
+
+
+@torch.library.custom_op("tsgu::softmax_grad", mutates_args=())
+def _softmax_grad(ptr: Tensor, col: Tensor, shape: List[int], y: Tensor, g: Tensor, by_rows: bool,
+                  log: bool) -> Tensor:
+    check_arrays(ptr, col, g, shape)
+    return _backends.softmax_grad(view_of(ptr, col, y, None, shape)._replace(values=None), y, g, by_rows, log)
+
+
+@torch.library.custom_op("tsgu::softmax_gsum", mutates_args=())
+def _softmax_gsum(ptr: Tensor, col: Tensor, shape: List[int], x: Tensor, by_rows: bool) -> Tensor:
+    return _backends.group_sum(view_of(ptr, col, x, None, shape), x, by_rows)
+
+
+@_softmax.register_fake
+def _(ptr, col, shape, a, by_rows, log):
+    check_arrays(ptr, col, a, shape)
+    return torch.empty_like(a)
+
+
+@_softmax_grad.register_fake
+def _(ptr, col, shape, y, g, by_rows, log):
+    check_arrays(ptr, col, y, shape)
+    check_arrays(ptr, col, g, shape)
+    return torch.empty_like(y)
+
+
+@_softmax_gsum.register_fake
+def _(ptr, col, shape, x, by_rows):
+    check_arrays(ptr, col, x, shape)
+    return torch.empty_like(x)
+
+
+def _softmax_setup(ctx, inputs, output):
+    ptr, col, shape, _, by_rows, log = inputs
+    ctx.shape, ctx.by_rows, ctx.log = shape, by_rows, log
+    ctx.save_for_backward(ptr, col, output)
+
+
+def _softmax_backward(ctx, G):
+    ptr, col, y = ctx.saved_tensors
+    da = _softmax_grad(ptr, col, ctx.shape, y, G, ctx.by_rows, ctx.log) if ctx.needs_input_grad[3] else None
+    return None, None, None, da, None, None
+
+
+def _softmax_grad_setup(ctx, inputs, output):
+    ptr, col, shape, y, g, by_rows, log = inputs
+    ctx.shape, ctx.by_rows, ctx.log = shape, by_rows, log
+    ctx.save_for_backward(ptr, col, y, g)
+
+
+def _softmax_grad_backward(ctx, u):
+    """gv = softmax_grad(y, g), linear in g: for softmax the map is self-adjoint (dg =
+    softmax_grad(y, u)), for log-softmax its adjoint is u - S(u exp(y)); dy by the
+    product rule through S (softmax_gsum)."""
+    ptr, col, y, g = ctx.saved_tensors
+    need_y, need_g = ctx.needs_input_grad[3:5]
+    S = lambda x: _softmax_gsum(ptr, col, ctx.shape, x, ctx.by_rows)  # noqa: E731
+    dg = dy = None
+    if ctx.log:
+        e = y.exp()
+        dg = u - S(u * e) if need_g else None
+        dy = -u * e * S(g) if need_y else None
+    else:
+        dg = _softmax_grad(ptr, col, ctx.shape, y, u, ctx.by_rows, False) if need_g else None
+        dy = u * (g - S(g * y)) - g * S(u * y) if need_y else None
+    return None, None, None, dy, dg, None, None
+
+
+def _softmax_gsum_setup(ctx, inputs, output):
+    ptr, col, shape, _, by_rows = inputs
+    ctx.shape, ctx.by_rows = shape, by_rows
+    ctx.save_for_backward(ptr, col)
+
+
+def _softmax_gsum_backward(ctx, u):
+    ptr, col = ctx.saved_tensors
+    dx = _softmax_gsum(ptr, col, ctx.shape, u, ctx.by_rows) if ctx.needs_input_grad[3] else None
+    return None, None, None, dx, None
+
+
+_softmax.register_autograd(_softmax_backward, setup_context=_softmax_setup)
+_softmax_grad.register_autograd(_softmax_grad_backward, setup_context=_softmax_grad_setup)
+_softmax_gsum.register_autograd(_softmax_gsum_backward, setup_context=_softmax_gsum_setup)
+
+
+def softmax(view: CSRView, a: Tensor, by_rows: bool, log: bool) -> Tensor:
+    """Softmax (log-softmax with log) of S(a) over each row's (by_rows) or column's stored
+    values, one per entry, differentiable in a to any order."""
+    return _softmax(view.ptr, view.col, list(view.shape), a, by_rows, log)
 
 
 @torch.library.custom_op("tsgu::group_rows", mutates_args=())

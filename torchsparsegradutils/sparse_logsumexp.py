@@ -20,7 +20,7 @@ from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import eager_only
+from ._core.validate import constant_dim, eager_only
 from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
@@ -202,20 +202,10 @@ def _normalise_dims(dim, ndim: int):
     dims = [dim] if isinstance(dim, int) else list(dim)
     if not dims:
         raise RuntimeError("sparse_logsumexp: dim must not be an empty sequence")
-    dims = sorted(_constant_dim(d, ndim) % ndim for d in dims)
+    dims = sorted(constant_dim(d, ndim) % ndim for d in dims)
     if len(set(dims)) != len(dims):
         raise RuntimeError("sparse_logsumexp: dim contains a repeated dimension")
     return dims
-
-
-def _constant_dim(d, ndim: int) -> int:
-    """d as a Python int in [-ndim, ndim), found by comparison: under torch.compile an
-    int argument that changed between calls is traced as a symbolic int, which Python
-    code cannot sort, test with `in` or format; each comparison specialises it."""
-    for k in range(-ndim, ndim):
-        if d == k:
-            return k
-    raise IndexError(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {d})")
 
 
 class SparseLogSumExp(torch.autograd.Function):

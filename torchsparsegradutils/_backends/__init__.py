@@ -288,3 +288,25 @@ def lse_wsum(A: CSRView, out: torch.Tensor, u: torch.Tensor, mode: str) -> torch
     like out = lse(A, mode, .., False) (0 in the padding of "both"): the derivative of
     lse_grad w.r.t. its G, for second derivatives only: PyTorch's ops on every device."""
     return torch_ops.lse_wsum(A, out, u, mode)
+
+
+# ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
+# Over the stored entries of each row (by_rows) or each column of every item, absent
+# entries left out; value arrays in and out are shaped like A.values, in A's entry
+# order.  The cpu route takes columns through the transpose's pattern.
+def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
+    """y[e] = exp(v[e] - L[group of e]) (log: v[e] - L[group of e]), L the group's
+    log-sum-exp of its stored values v = A.values."""
+    return _backend(False, A.values).softmax(A, by_rows, log)
+
+
+def softmax_grad(A: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, log: bool) -> torch.Tensor:
+    """d(sum g * y)/d A.values for y = softmax(A, by_rows, log): y * (g - S(g * y)), or
+    for log g - exp(y) * S(g), S(x)[e] the sum of x over e's group (A.values unused)."""
+    return _backend(False, y, g).softmax_grad(A, y, g, by_rows, log)
+
+
+def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
+    """S(x)[e] = the sum of x over the stored entries of e's group, shaped like x: for
+    second derivatives of softmax only, PyTorch's ops on every device."""
+    return torch_ops.group_sum(A, x, by_rows)

@@ -272,3 +272,52 @@ def lse_grad(view: CSRView, rows, cols) -> torch.Tensor:
     _C.lse_grad(view.ptr, view.col, view.values, view.batch, view.nrows, view.ncols, *arrays, g,
                 torch.get_num_threads())
     return g.reshape(view.values.shape)
+
+
+# ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
+def softmax(view: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
+    """Softmax (log-softmax with log) over each row's (by_rows) or column's stored values
+    (csrc/softmax_rows.c), shaped like view.values.  Columns: a float/double softmax as
+    exp(v - column lse) by the log-sum-exp kernels (lse_cols.c, then lse_grad.c with a
+    gradient of ones: no permutation of the values, 2-3x faster than the transpose);
+    else as the rows of the transpose's pattern (csrc/csr_transpose.c), the values
+    gathered there and back."""
+    if not by_rows and not log and view.values.dtype in (torch.float32, torch.float64):
+        L = torch.empty(view.batch, view.ncols, dtype=view.values.dtype)
+        lse_groups(view, False, L, by_rows=False)
+        return lse_grad(view, None, (L, torch.ones_like(L)))
+    if not by_rows:
+        T, perm = _transposed(view, view.values)
+        return _scattered(softmax(T, True, log), perm, view.values)
+    y = torch.empty(1, view.values.numel(), dtype=view.values.dtype)
+    _C.softmax_rows(view.ptr, view.col, plain(view.values), view.batch, view.nrows, view.ncols, log, y,
+                    torch.get_num_threads())
+    return y.reshape(view.values.shape)
+
+
+def softmax_grad(view: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, log: bool) -> torch.Tensor:
+    """The values gradient of softmax for its output y and y's gradient g
+    (csrc/softmax_grad.c), shaped like y."""
+    if not by_rows:
+        T, perm = _transposed(view, None)
+        flat = lambda t: t.reshape(-1).index_select(0, perm)  # noqa: E731
+        return _scattered(softmax_grad(T, flat(y), flat(g), True, log), perm, y)
+    out = torch.empty(1, y.numel(), dtype=y.dtype)
+    _C.softmax_grad(view.ptr, view.col, view.batch, view.nrows, view.ncols, plain(y).reshape(1, -1).contiguous(),
+                    plain(g).to(y.dtype).reshape(1, -1).contiguous(), log, out, torch.get_num_threads())
+    return out.reshape(y.shape)
+
+
+def _transposed(view: CSRView, values):
+    """(the view of every item's transpose, global row pointers, holding `values` in
+    its entry order (None: no values), perm: int64, the position in view's entry
+    arrays of each of the transpose's entries)."""
+    tptr, trow, tperm = transpose_pattern(view)
+    perm = tperm.long()
+    tvalues = None if values is None else plain(values).reshape(-1).index_select(0, perm)
+    return CSRView(tptr, trow, tvalues, view.batch, view.ncols, view.nrows, view.shape), perm
+
+
+def _scattered(yt: torch.Tensor, perm: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """yt, in the transpose's entry order, put back in view's order, shaped like `like`."""
+    return torch.empty(like.numel(), dtype=yt.dtype).index_copy_(0, perm, yt).reshape(like.shape)

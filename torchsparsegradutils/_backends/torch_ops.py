@@ -374,3 +374,42 @@ def _torch_lse(values: torch.Tensor, group: torch.Tensor, ngroups: int, full) ->
     if zeros is not None:
         s = s + torch.where(zeros > 0, zeros * (-shift).exp(), torch.zeros_like(s))   # no 0 * inf
     return shift + s.log()
+
+
+# ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
+def _groups(A: CSRView, by_rows: bool):
+    """(group of each entry, number of groups): the global row or column."""
+    _, rows, cols = global_csr(A)
+    return (rows, A.batch * A.nrows) if by_rows else (cols, A.batch * A.ncols)
+
+
+def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
+    """As cpu.softmax: the group's max, its shifted sum of exps, then each entry
+    (the C kernel's shift rule, tsgu_lse_shift)."""
+    v = A.values
+    if v.dtype in _HALF:
+        return softmax(A._replace(values=v.float()), by_rows, log).to(v.dtype)
+    group, count = _groups(A, by_rows)
+    v = v.reshape(-1)
+    mx = v.new_full((count,), float("-inf")).scatter_reduce_(0, group, v, "amax")
+    shift = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+    s = v.new_zeros(count).index_add_(0, group, (v - shift[group]).exp())
+    d = v - (shift + s.log())[group]
+    return (d if log else d.exp()).reshape(A.values.shape)
+
+
+def softmax_grad(A: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, log: bool) -> torch.Tensor:
+    """As cpu.softmax_grad."""
+    if y.dtype in _HALF:
+        return softmax_grad(A, y.float(), g.float(), by_rows, log).to(y.dtype)
+    g = g.to(y.dtype)
+    if log:
+        return g - y.exp() * group_sum(A, g, by_rows)
+    return y * (g - group_sum(A, g * y, by_rows))
+
+
+def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
+    """S(x)[e] = the sum of x over e's group (row or column), shaped like x."""
+    group, count = _groups(A, by_rows)
+    flat = x.reshape(-1)
+    return flat.new_zeros(count).index_add_(0, group, flat).index_select(0, group).reshape(x.shape)

@@ -53,6 +53,17 @@ def eager_only(fn):
     return run
 
 
+def constant_dim(d, ndim: int, error=IndexError) -> int:
+    """d as a Python int in [-ndim, ndim), found by comparison: under torch.compile an
+    int argument that changed between calls is traced as a symbolic int, which Python
+    code cannot sort, test with `in` or format; each comparison specialises it.  Out of
+    range: `error` with torch's message."""
+    for k in range(-ndim, ndim):
+        if d == k:
+            return k
+    raise error(f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], but got {d})")
+
+
 _is_compiling = torch.compiler.is_compiling
 # Dynamo's frame-evaluation callback (None in plain eager code); not in every build
 _eval_frame_callback = getattr(getattr(getattr(torch._C, "_dynamo", None), "eval_frame", None),

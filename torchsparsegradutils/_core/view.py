@@ -54,6 +54,16 @@ class CSRView(NamedTuple):
             return csr_from_values(self.ptr, self.col, g, self.shape)
         return csr_tensor(self.ptr, self.col, g, self.shape)
 
+    def values_at(self, G: torch.Tensor) -> torch.Tensor:
+        """G's entries at A's stored positions (zero where G stores none), shaped like
+        A's values: what grad_like took, for a gradient G that comes back sparse (on
+        A's pattern, or another) or dense; never densifies a sparse G."""
+        if self.coo_indices is not None:
+            if G.layout == torch.sparse_coo and _same_indices(G._indices(), self.coo_indices):
+                return G._values()
+            return _values_at(G, list(self.coo_indices))
+        return values_at_pattern(G, self.ptr, self.col)
+
     def to_torch(self) -> torch.Tensor:
         """The (detached) sparse tensor this view holds, in A's layout."""
         return self.grad_like(self.values.detach())

@@ -1,0 +1,411 @@
+"""Tests of sparse_softmax and sparse_log_softmax: against the masked dense softmax with
+autograd (absent entries -inf, float64), against torch.sparse.softmax / log_softmax on
+COO, gradcheck, empty rows and nnz = 0, batched, 16-bit values, a leaf sparse A, second
+derivatives, errors, the same bits for any thread count, and torch.compile(fullgraph=True)
+of a SparseCSR.  Every test of results runs on both routes: the C kernels and the
+PyTorch-ops one that CUDA takes (forced on CPU here)."""
+import pytest
+import torch
+from conftest import num_threads
+
+from torchsparsegradutils import (SparseCSR, _backends, sparse_coo_tensor, sparse_csr_tensor, sparse_log_softmax,
+                                  sparse_softmax)
+
+HAS_CUDA = torch.cuda.is_available()
+FNS = {"softmax": sparse_softmax, "log_softmax": sparse_log_softmax}
+TORCH_FNS = {"softmax": torch.sparse.softmax, "log_softmax": torch.sparse.log_softmax}
+TOL = {torch.float32: dict(atol=2e-6, rtol=2e-5), torch.float64: dict(atol=1e-12, rtol=1e-12)}
+
+
+@pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
+def path(request, monkeypatch):
+    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
+    return request.param
+
+
+def random_dense(shape, dtype=torch.float64, seed=0, density=0.4, same_pattern=False):
+    """Values at about `density` of the cells, row 1 and column 2 empty; with same_pattern
+    every batch item stores the same positions (batched CSR needs one nnz per item)."""
+    gen = torch.Generator().manual_seed(seed)
+    D = torch.randn(shape, generator=gen, dtype=torch.float64) * 2
+    keep = torch.rand(shape[-2:] if same_pattern else shape, generator=gen) < density
+    D = D * keep
+    if shape[-2] > 2 and shape[-1] > 2:
+        D[..., 1, :] = 0.0
+        D[..., :, 2] = 0.0
+    return D.to(dtype)
+
+
+def to_layout(D, layout, itype=torch.int64):
+    if layout == "csr":
+        A = D.to_sparse_csr()
+        return torch.sparse_csr_tensor(A.crow_indices().to(itype), A.col_indices().to(itype), A.values(), D.shape)
+    if layout == "csc":
+        return D.to_sparse_csc()
+    A = D.to_sparse().coalesce()
+    if layout == "coo":
+        return A
+    idx, val = A.indices(), A.values()     # every entry split in two duplicates, reversed order
+    return torch.sparse_coo_tensor(torch.cat([idx, idx], 1).flip(1), torch.cat([val * 0.25, val * 0.75]).flip(0),
+                                   D.shape)
+
+
+def masked_reference(D, dim, kind):
+    """The masked dense softmax (absent entries -inf), 0 where nothing is stored."""
+    X = D.masked_fill(D == 0, float("-inf"))
+    Y = (torch.log_softmax if kind == "log_softmax" else torch.softmax)(X, dim)
+    return torch.where(D != 0, Y, torch.zeros_like(Y))
+
+
+def dense_of(Y):
+    """A result as a dense tensor (torch cannot densify a batched CSR or CSC tensor)."""
+    if isinstance(Y, SparseCSR):
+        Y = Y.to_torch()
+    if Y.layout in (torch.sparse_csr, torch.sparse_csc) and Y.dim() == 3:
+        return torch.stack([y.to_dense() for y in Y.unbind(0)])
+    return Y.to_dense()
+
+
+DIMS_2D, DIMS_3D = [-1, -2, 0, 1], [-1, -2, 1, 2]
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr", "csc"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_matches_masked_dense_2d(path, kind, layout, dtype):
+    D = random_dense((7, 5), dtype)
+    for itype in (torch.int32, torch.int64) if layout == "csr" else (torch.int64,):
+        A = to_layout(D, layout, itype)
+        for dim in DIMS_2D:
+            Y = FNS[kind](A, dim)
+            assert Y.layout == A.layout and Y.shape == A.shape
+            torch.testing.assert_close(dense_of(Y), masked_reference(D, dim, kind), **TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr"])
+def test_matches_masked_dense_batched(path, kind, layout):
+    D = random_dense((3, 6, 4), same_pattern=layout == "csr", seed=1)
+    A = to_layout(D, layout)
+    for dim in DIMS_3D:
+        Y = FNS[kind](A, dim)
+        assert Y.layout == A.layout and Y.shape == A.shape
+        torch.testing.assert_close(dense_of(Y), masked_reference(D, dim, kind), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("coalesced", [True, False], ids=["coalesced", "uncoalesced"])
+@pytest.mark.parametrize("shape,dims", [((8, 6), [0, 1, -1, -2]), ((3, 5, 4), [1, 2, -1, -2])], ids=["2d", "3d"])
+def test_matches_torch_sparse_softmax(path, kind, coalesced, shape, dims):
+    """Values, pattern and the gradient of a leaf COO A, as PyTorch's own (COO) ops: an
+    uncoalesced A is coalesced first (its duplicates summed), as PyTorch does."""
+    D = random_dense(shape, seed=2)
+    A = to_layout(D, "coo" if coalesced else "coo_uncoalesced")
+    for dim in dims:
+        want = TORCH_FNS[kind](A, dim)
+        got = FNS[kind](A, dim)
+        assert got.is_coalesced() and torch.equal(got.indices(), want.indices())
+        torch.testing.assert_close(got.values(), want.values(), **TOL[torch.float64])
+        w = torch.linspace(-1, 2, want._nnz(), dtype=torch.float64)
+        grads = []
+        # PyTorch's backward is wrong for a negative dim (2.13: its forward is right):
+        # compared with its non-negative form (test_negative_dim_gradient checks ours)
+        for fn, d in ((FNS[kind], dim), (TORCH_FNS[kind], dim % len(shape))):
+            leaf = A.coalesce().detach().requires_grad_()
+            (fn(leaf, d).values() * w).sum().backward()
+            grads.append(leaf.grad.coalesce())
+        assert torch.equal(grads[0].indices(), grads[1].indices())
+        torch.testing.assert_close(grads[0].values(), grads[1].values(), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("kind", FNS)
+def test_negative_dim_gradient(path, kind):
+    """dim=-1 / -2 give the gradients of dim=1 / 0 and of the dense autograd (PyTorch
+    2.13's torch.sparse.softmax does not: its backward mistakes a negative dim)."""
+    D = random_dense((8, 6), seed=2)
+    W = torch.randn(D.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * (D != 0)
+    for dim in (-1, -2):
+        leaf = D.to_sparse().requires_grad_()
+        (FNS[kind](leaf, dim).values() * W[D != 0]).sum().backward()
+        Dl = D.clone().requires_grad_()
+        (masked_reference(Dl, dim, kind) * W).sum().backward()
+        torch.testing.assert_close(leaf.grad.to_dense(), Dl.grad * (D != 0), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr", "batched_csr", "batched_coo"])
+def test_values_gradient_matches_dense_autograd(path, kind, layout):
+    """A built from a leaf values tensor (torch.sparse_coo_tensor, our sparse_csr_tensor):
+    values.grad is the dense autograd gradient at the stored positions (duplicates each
+    get their position's gradient: the matrix entry is their sum)."""
+    batched = layout.startswith("batched")
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=3, same_pattern=True)
+    A = to_layout(D, layout.replace("batched_", ""))
+    for dim in (-1, -2):
+        if A.layout == torch.sparse_coo:
+            vals = A._values().clone().requires_grad_()
+            build = lambda v: torch.sparse_coo_tensor(A._indices(), v, A.shape)  # noqa: E731
+            pos = tuple(A._indices())
+        else:
+            vals = A.values().clone().requires_grad_()
+            build = lambda v: sparse_csr_tensor(A.crow_indices(), A.col_indices(), v, A.shape)  # noqa: E731
+            pos = tuple(A.to_sparse_coo().indices()) if not batched else tuple(D.nonzero().t())
+        Y = FNS[kind](build(vals), dim)
+        W = torch.randn(D.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+        (Y.values() * W[tuple((D != 0).nonzero().t())].reshape(Y.values().shape)).sum().backward()
+        Dl = D.clone().requires_grad_()
+        (masked_reference(Dl, dim, kind) * W * (D != 0)).sum().backward()
+        torch.testing.assert_close(vals.grad.reshape(-1), Dl.grad[pos].reshape(-1), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("layout", ["coo", "csr", "batched_csr", "batched_coo"])
+def test_leaf_sparse_gradient_on_its_pattern(path, kind, layout):
+    """(Not CSC: PyTorch's autograd cannot accumulate a CSC leaf's gradient at all.)"""
+    batched = layout.startswith("batched")
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=5, same_pattern=True)
+    A = to_layout(D, layout.replace("batched_", "")).detach().requires_grad_()
+    W = torch.randn(D.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    nz = tuple((D != 0).nonzero().t())
+    Y = FNS[kind](A, -1)
+    (Y.values() * W[nz].reshape(Y.values().shape)).sum().backward()
+    assert A.grad.layout == A.layout
+    Dl = D.clone().requires_grad_()
+    (masked_reference(Dl, -1, kind) * W * (D != 0)).sum().backward()
+    torch.testing.assert_close(dense_of(A.grad), Dl.grad * (D != 0), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("kind", FNS)
+def test_gradcheck(path, kind):
+    D = random_dense((6, 5), seed=7)
+    A = D.to_sparse()
+    for dim in (-1, -2):
+        vals = A._values().clone().requires_grad_()
+        assert torch.autograd.gradcheck(lambda v: FNS[kind](sparse_coo_tensor(A._indices(), v, A.shape), dim).values(),
+                                        (vals,))
+        C = D.to_sparse_csr()
+        vals = C.values().clone().requires_grad_()
+        assert torch.autograd.gradcheck(
+            lambda v: FNS[kind](sparse_csr_tensor(C.crow_indices(), C.col_indices(), v, C.shape), dim).values(), (vals,))
+        S = SparseCSR.from_torch(C)
+        assert torch.autograd.gradcheck(lambda v: FNS[kind](S._replace(values=v), dim).values, (vals,))
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("batched", [False, True], ids=["2d", "batched"])
+def test_second_derivatives_of_a_sparse_csr(path, kind, batched):
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=8, same_pattern=True)
+    S = SparseCSR.from_torch(D.to_sparse_csr())
+    vals = S.values.clone().requires_grad_()
+    for dim in (-1, -2):
+        assert torch.autograd.gradgradcheck(lambda v: FNS[kind](S._replace(values=v), dim).values, (vals,))
+
+
+def test_second_derivatives_of_a_torch_sparse_tensor_raise():
+    A = random_dense((5, 4), seed=9).to_sparse().requires_grad_()
+    Y = sparse_softmax(A)
+    with pytest.raises(RuntimeError, match="differentiable once; for second derivatives .* pass a SparseCSR"):
+        torch.autograd.grad((Y.values() ** 2).sum(), A, create_graph=True)
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (4, 3), (2, 0, 3), (2, 3, 4)])
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_nnz_zero_and_empty(path, kind, shape, layout):
+    A = to_layout(torch.zeros(shape, dtype=torch.float64), layout).requires_grad_()
+    for dim in (-1, -2):
+        Y = FNS[kind](A, dim)
+        assert Y.shape == A.shape and Y.layout == A.layout and Y.values().numel() == 0
+        Y.values().sum().backward()
+        assert A.grad.shape == A.shape and A.grad.values().numel() == 0
+        A.grad = None
+
+
+def test_empty_rows_stay_empty(path):
+    D = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 3.0], [0.0, 0.0, 0.0], [0.0, -2.0, 0.0]], dtype=torch.float64)
+    Y = sparse_softmax(D.to_sparse_csr())
+    assert torch.equal(Y.crow_indices(), torch.tensor([0, 0, 2, 2, 3]))
+    torch.testing.assert_close(Y.to_dense(), masked_reference(D, -1, "softmax"))
+
+
+def test_large_values_and_infinities(path):
+    """Shifted by the group's max (no overflow at 1e4); a -inf entry takes no share; an
+    all -inf group or a +inf entry gives NaN, as the dense softmax does."""
+    i = torch.tensor([[0, 0, 1, 1, 2, 2, 3], [0, 1, 0, 2, 1, 2, 0]])
+    v = torch.tensor([1e4, 1e4 - 1, 3.0, float("-inf"), float("-inf"), float("-inf"), float("inf")],
+                     dtype=torch.float64)
+    A = torch.sparse_coo_tensor(i, v, (4, 3)).coalesce()
+    for kind in FNS:
+        got, want = FNS[kind](A, -1), TORCH_FNS[kind](A, -1)
+        torch.testing.assert_close(got.values(), want.values(), equal_nan=True)
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_16_bit_values_computed_in_float32(path, kind, dtype, layout):
+    """The result is the float32 result rounded once (to the nearest 16-bit value; the
+    two may differ in the last place where the float32 value is nearly a tie)."""
+    D = random_dense((2, 7, 6), dtype, seed=10, same_pattern=True)
+    A = to_layout(D, layout)
+    for dim in (-1, -2):
+        got = FNS[kind](A, dim)
+        assert got.dtype == dtype
+        want = FNS[kind](to_layout(D.float(), layout), dim)
+        torch.testing.assert_close(got.values().float(), want.values().to(dtype).float(), atol=0, rtol=0.01)
+        leaf = A.detach().requires_grad_()
+        FNS[kind](leaf, dim).values().float().sum().backward()
+        assert leaf.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("dim", [-1, -2])
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_same_bits_for_any_thread_count(dim, layout):
+    D = random_dense((2, 400, 300), torch.float32, seed=11, density=0.3, same_pattern=True)
+    results = []
+    for t in (1, 2, 5):
+        with num_threads(t):
+            A = to_layout(D, layout).requires_grad_()
+            for kind in FNS:
+                Y = FNS[kind](A, dim)
+                (Y.values() * torch.linspace(-1, 1, Y.values().numel()).reshape(Y.values().shape)).sum().backward()
+            results.append((Y.values().detach(), dense_of(A.grad)))
+    for r in results[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(results[0], r))
+
+
+def test_inputs_unchanged_and_edits_after_forward_harmless():
+    """The backward reads the output alone: an edit of A's values after the forward
+    changes no gradient (nothing to detect)."""
+    D = random_dense((6, 5), seed=12)
+    A = D.to_sparse()
+    idx, v0 = A._indices().clone(), A._values().clone()
+    grads = []
+    for edit in (False, True):
+        vals = v0.clone().requires_grad_()
+        x = vals * 1
+        Y = sparse_softmax(torch.sparse_coo_tensor(idx, x, A.shape))
+        if edit:
+            with torch.no_grad():
+                x.mul_(3)
+        (Y.values() * torch.arange(Y._nnz(), dtype=torch.float64)).sum().backward()
+        grads.append(vals.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+    assert torch.equal(A._indices(), idx) and torch.equal(A._values(), v0)
+
+
+def test_errors():
+    A = random_dense((4, 3), seed=13).to_sparse()
+    with pytest.raises(ValueError, match="sparse COO, CSR or CSC.*use torch.softmax"):
+        sparse_softmax(A.to_dense())
+    with pytest.raises(ValueError, match="takes a sparse tensor or a SparseCSR"):
+        sparse_softmax([1.0, 2.0])
+    with pytest.raises(ValueError, match="2-D .* or batched 3-D"):
+        sparse_softmax(torch.ones(2, 2, 2, 2).to_sparse())
+    with pytest.raises(ValueError, match="2-D .* or batched 3-D"):
+        sparse_log_softmax(torch.ones(3).to_sparse())
+    with pytest.raises(ValueError, match="no dense dimensions"):
+        sparse_softmax(torch.ones(3, 2, 2).to_sparse(2))
+    with pytest.raises(TypeError, match="float16, bfloat16, float32 and float64"):
+        sparse_softmax(torch.ones(3, 2, dtype=torch.int64).to_sparse())
+    for bad in (2, -3, 5):
+        with pytest.raises(IndexError, match="Dimension out of range"):
+            sparse_softmax(A, bad)
+        with pytest.raises(ValueError, match="Dimension out of range"):
+            sparse_log_softmax(A.to_sparse_csr(), bad)
+    with pytest.raises(ValueError, match="batch dimension"):
+        sparse_softmax(torch.ones(2, 3, 3).to_sparse(), 0)
+    with pytest.raises(ValueError, match="batch dimension"):
+        sparse_softmax(torch.ones(2, 3, 3).to_sparse(), -3)
+    with pytest.raises(TypeError, match="dim must be an int"):
+        sparse_softmax(A, 1.0)
+    S = SparseCSR.from_torch(A.to_sparse_csr())
+    with pytest.raises(ValueError, match="shape of col_indices"):
+        sparse_softmax(S._replace(values=S.values[:, None].expand(-1, 2)))
+
+
+@pytest.mark.parametrize("route", [False, True], ids=["C", "torch_ops"])
+def test_malformed_structure_is_a_value_error(route, monkeypatch):
+    monkeypatch.setattr(_backends, "force_torch_ops", route)
+    ptr, vals = torch.tensor([0, 1, 3]), torch.tensor([1.0, 2.0, 3.0])
+    for col in (torch.tensor([0, 1, 3]), torch.tensor([0, 2, 1]), torch.tensor([0, -1, 1])):
+        A = torch.sparse_csr_tensor(ptr, col, vals, (2, 3))
+        for fn in FNS.values():
+            for dim in (-1, -2):
+                with pytest.raises(ValueError, match="malformed sparse matrix"):
+                    fn(A, dim)
+                with pytest.raises(ValueError, match="malformed sparse matrix"):
+                    fn(SparseCSR(ptr, col, vals, (2, 3)), dim)
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_softmax(torch.sparse_csr_tensor(torch.tensor([0, 2, 1]), torch.tensor([0]), vals[:1], (2, 3)))
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        sparse_softmax(torch.sparse_coo_tensor(torch.tensor([[0, 2]]).t(), vals[:1], (2, 2)))
+
+
+def test_kernels_check_their_arrays():
+    from torchsparsegradutils import _C
+    A = random_dense((4, 3), seed=14).to_sparse_csr()
+    args = (A.crow_indices(), A.col_indices(), A.values(), 1, 4, 3, False)
+    nnz = A.values().numel()
+    with pytest.raises(ValueError, match="shape"):
+        _C.softmax_rows(*args, torch.empty(1, nnz + 1, dtype=torch.float64), 1)
+    with pytest.raises(TypeError, match="dtype"):
+        _C.softmax_rows(*args, torch.empty(1, nnz, dtype=torch.float32), 1)
+    y = torch.empty(1, nnz, dtype=torch.float64)
+    with pytest.raises(TypeError, match="dtype"):
+        _C.softmax_grad(A.crow_indices(), A.col_indices(), 1, 4, 3, y, y.float(), False, y.clone(), 1)
+    with pytest.raises(ValueError, match="shape"):
+        _C.softmax_grad(A.crow_indices(), A.col_indices(), 1, 4, 3, y, y[:, :-1], False, y.clone(), 1)
+
+
+@pytest.mark.parametrize("kind", ["csr", "batched_csr", "batched_coo"])
+def test_compiled_sparse_csr_matches_eager(kind):
+    """fullgraph=True on a SparseCSR: outputs and values gradients as eager."""
+    D = random_dense((2, 6, 5) if kind.startswith("batched") else (6, 5), seed=15, same_pattern=kind == "batched_csr")
+    A = D.to_sparse_csr() if kind.endswith("csr") else D.to_sparse()
+    S = SparseCSR.from_torch(A)
+
+    def model(w):
+        T = S._replace(values=w)
+        return sparse_softmax(T).values * 2 + sparse_log_softmax(T, -2).values
+
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    outs = []
+    for fn in (compiled, model):
+        w = S.values.clone().requires_grad_()
+        y = fn(w)
+        (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).reshape(y.shape)).sum().backward()
+        outs.append((y.detach(), w.grad))
+    torch.testing.assert_close(outs[0][0], outs[1][0])
+    torch.testing.assert_close(outs[0][1], outs[1][1])
+
+
+def test_custom_op_opcheck():
+    D = random_dense((2, 6, 5), seed=16, same_pattern=True)
+    S = SparseCSR.from_torch(D.to_sparse_csr())
+    a = S.values.clone().requires_grad_()
+    for by_rows in (True, False):
+        for log in (False, True):
+            args = (S.crow_indices, S.col_indices, list(S.size))
+            torch.library.opcheck(torch.ops.tsgu.softmax.default, (*args, a, by_rows, log))
+            y = torch.ops.tsgu.softmax(*args, a, by_rows, log).detach().requires_grad_()
+            g = torch.randn_like(y).requires_grad_()
+            torch.library.opcheck(torch.ops.tsgu.softmax_grad.default, (*args, y, g, by_rows, log))
+            torch.library.opcheck(torch.ops.tsgu.softmax_gsum.default, (*args, g, by_rows))
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_cuda_matches_cpu(layout):
+    D = random_dense((3, 6, 4), seed=17, same_pattern=True)
+    A = to_layout(D, layout)
+    for kind in FNS:
+        for dim in (-1, -2):
+            leaf = A.cuda().requires_grad_()
+            Y = FNS[kind](leaf, dim)
+            Y.values().sum().backward()
+            cpu = A.clone().requires_grad_()
+            Yc = FNS[kind](cpu, dim)
+            Yc.values().sum().backward()
+            torch.testing.assert_close(Y.values().cpu(), Yc.values())
+            torch.testing.assert_close(leaf.grad.values().cpu(), cpu.grad.values())
