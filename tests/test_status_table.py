@@ -40,6 +40,9 @@ CASES = {
     "EARG": lambda: _C.sddmm_arg(torch.tensor([0, 1], **I64), torch.tensor([0], **I64), 1, 1, 1,
                                  torch.tensor([[1]], dtype=torch.int32), torch.ones(1, 1),
                                  torch.ones(1, 1), torch.empty(1), 1),  # offset 1 in a row of 1
+    "EPRODUCT": lambda: _C.spgemm(*(torch.tensor([0, 1, 2], **I64), torch.tensor([0, 1], **I64), torch.ones(2)) * 2,
+                                  1, 2, 2, 2, torch.tensor([0, 2, 2], **I64), torch.empty(2, **I64),
+                                  torch.empty(2), 1),               # row 0 of I @ I given two entries
 }
 # EROW_LONG needs a row of 2^31 stored entries (16 GiB of column indices): its message is
 # exported with the others, but no test builds such a row
