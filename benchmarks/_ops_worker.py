@@ -1,6 +1,7 @@
 """Cases, methods, references and the worker of the gather_mm / segment_mm,
-sparse_logsumexp, sparse_mm reduce and sparse_softmax benchmarks (benchmarks/indexed_matmul.py,
-benchmarks/sparse_logsumexp.py, benchmarks/reduce.py, benchmarks/sparse_softmax.py).
+sparse_logsumexp, sparse_mm reduce, sparse_softmax and sparse @ sparse benchmarks
+(benchmarks/indexed_matmul.py, benchmarks/sparse_logsumexp.py, benchmarks/reduce.py,
+benchmarks/sparse_softmax.py, benchmarks/spgemm.py).
 
 Like _harness.py this file needs torch only, and runs as a subprocess worker:
 ``python -I benchmarks/_ops_worker.py`` reads one JSON job on stdin and prints
@@ -19,7 +20,11 @@ products, scatter_reduce / scatter_add for log-sum-exp); for sparse_mm_reduce,
 "scatter" (index_select of B's rows times the values, scatter_reduce by row: what
 GNN code falls back to); for sparse_softmax, "ours" on a COO tensor built from the
 values by our sparse_coo_tensor, "ours torch COO" by torch.sparse_coo_tensor, "ours CSR"
-on our sparse_csr_tensor, "torch COO" (torch.sparse.softmax on torch's COO tensor) and "scatter" (PyG's softmax: scatter max, exp, scatter sum, divide).
+on our sparse_csr_tensor, "torch COO" (torch.sparse.softmax on torch's COO tensor) and "scatter" (PyG's softmax: scatter max, exp, scatter sum, divide);
+for spgemm (C = A @ B, both sparse, the output C's values), "ours" and "torch COO" on
+leaf COO tensors, "ours CSR" and "torch CSR" on leaf CSR tensors (PyTorch's CSR @ CSR
+has no backward; its rows' columns come unsorted) and "scipy" (``A @ B`` of SciPy's
+CSR matrices, one thread, forward only, columns unsorted).
 """
 import importlib.util
 import json
@@ -56,6 +61,8 @@ def make_inputs(op: str, params: dict) -> dict:
         return _reduce_inputs(params, gen)
     if op == "sparse_softmax":
         return _softmax_inputs(params, gen)
+    if op == "spgemm":
+        return _spgemm_inputs(params, gen)
     if op in ("gather_mm", "segment_mm"):
         N, R, D1, D2 = params["N"], params["R"], params["D1"], params["D2"]
         rel = torch.randint(0, R, (N,), generator=gen)
@@ -99,6 +106,27 @@ def _softmax_inputs(params: dict, gen: torch.Generator) -> dict:
             "group": idx[0] if params["dim"] == 1 else idx[1], "G": torch.randn(idx.shape[1], generator=gen)}
 
 
+def _spgemm_inputs(params: dict, gen: torch.Generator) -> dict:
+    """sparse @ sparse, float32 values N(0, 1): "uniform"/"powerlaw", A @ A of an n x n
+    pattern of _matrices (per_row entries per row on average); "bow", a bag-of-words
+    input X (n documents x `features`, per_row words each) times a weight W (features x
+    `out`, `density` of it stored).  G is the gradient of C's values (nnz(C),)."""
+    if params["graph"] == "bow":
+        n, f = params["n"], params["features"]
+        a_idx = M._coalesce2(torch.arange(n).repeat_interleave(params["per_row"]),
+                             torch.randint(0, f, (n * params["per_row"],), generator=gen), n, f)
+        w_mask = torch.rand(f, params["out"], generator=gen) < params["density"]
+        b_idx, a_shape, b_shape = w_mask.nonzero().t().contiguous(), (n, f), (f, params["out"])
+    else:
+        a_idx, a_shape = M.pattern(M.MatrixSpec(params["graph"], params["n"], params["n"], per_row=params["per_row"]))
+        b_idx, b_shape = a_idx, a_shape
+    A = torch.sparse_coo_tensor(a_idx, torch.randn(a_idx.shape[1], generator=gen), a_shape, is_coalesced=True)
+    B = torch.sparse_coo_tensor(b_idx, torch.randn(b_idx.shape[1], generator=gen), b_shape, is_coalesced=True)
+    A_csr, B_csr = A.to_sparse_csr(), B.to_sparse_csr()
+    nnz_c = torch.sparse.mm(A_csr, B_csr).values().numel()          # the structural product's size
+    return {"A": A, "B": B, "A_csr": A_csr, "B_csr": B_csr, "G": torch.randn(nnz_c, generator=gen)}
+
+
 def necessary_bytes(op: str, params: dict, inp: dict) -> int:
     """Output + gradients: what a forward+backward must hold at its end (for amax/amin
     also the arg of each output element, int32: the one temporary they need)."""
@@ -107,6 +135,8 @@ def necessary_bytes(op: str, params: dict, inp: dict) -> int:
         return 4 * (inp["G"].numel() + inp["values"].numel() + inp["B"].numel() + arg)
     if op in ("gather_mm", "segment_mm"):
         return 4 * (inp["G"].numel() + inp["a"].numel() + inp["b"].numel())
+    if op == "spgemm":      # C's values, row pointers and columns (int64), both values gradients
+        return 12 * inp["G"].numel() + 8 * (inp["A"].shape[0] + 1) + 4 * (inp["A"]._nnz() + inp["B"]._nnz())
     return 4 * (inp["G"].numel() + inp["values"].numel())
 
 
@@ -203,10 +233,37 @@ def _prepare_reduce(method: str, params: dict, inp: dict):
     return H.Prepared([inp["csr"].detach().requires_grad_(True), B], fn, lambda g: [g[0].values(), g[1]])
 
 
+def _prepare_spgemm(method: str, params: dict, inp: dict):
+    """C = A @ B's values from leaf sparse tensors (the gradients: their values')."""
+    values = lambda g: [g[0].coalesce().values() if g[0].layout == torch.sparse_coo else g[0].values(),  # noqa: E731
+                        g[1].coalesce().values() if g[1].layout == torch.sparse_coo else g[1].values()]
+    if method == "scipy":
+        import numpy as np
+        import scipy.sparse as sp
+        csr = [sp.csr_matrix((X.values().numpy(), X.col_indices().numpy(), X.crow_indices().numpy()), shape=X.shape)
+               for X in (inp["A_csr"], inp["B_csr"])]
+        fn = lambda *_: torch.from_numpy(np.asarray((csr[0] @ csr[1]).data))  # noqa: E731
+        return H.Prepared([], fn, values, bwd_skip="SciPy has no gradients", info={"unordered": True})
+    csr = method in ("ours CSR", "torch CSR")
+    leaves = [inp["A_csr" if csr else "A"].detach().requires_grad_(True),
+              inp["B_csr" if csr else "B"].detach().requires_grad_(True)]
+    if method in ("ours", "ours CSR"):
+        import torchsparsegradutils as tsgu
+        return H.Prepared(leaves, lambda A, B: tsgu.sparse_mm(A, B).values(), values)
+    if method == "torch COO":
+        return H.Prepared(leaves, lambda A, B: torch.sparse.mm(A, B).values(), values)
+    if method == "torch CSR":
+        return H.Prepared([X.detach() for X in leaves], lambda A, B: torch.sparse.mm(A, B).values(), values,
+                          bwd_skip="PyTorch's CSR @ CSR has no backward", info={"unordered": True})
+    raise H.Skip(f"no method {method} for spgemm")
+
+
 def prepare(method: str, op: str, params: dict, inp: dict):
     """A harness Prepared: the leaves, the function of them, and the gradients to check."""
     if op == "sparse_mm_reduce":
         return _prepare_reduce(method, params, inp)
+    if op == "spgemm":
+        return _prepare_spgemm(method, params, inp)
     if op == "sparse_softmax":
         return _prepare_softmax(method, params, inp)
     if op in ("gather_mm", "segment_mm"):
@@ -260,6 +317,8 @@ def reference(op: str, params: dict, inp: dict) -> dict:
         v, B = inp["values"].double().requires_grad_(True), inp["B"].double().requires_grad_(True)
         out = _scatter_reduce(v, B, inp["rows"], inp["cols"], inp["G"].shape[0], params["reduce"])
         return {"out": out.detach(), "grads": list(torch.autograd.grad(out, (v, B), inp["G"].double()))}
+    if op == "spgemm":
+        return _spgemm_reference(inp)
     if op == "sparse_softmax":
         v = inp["values"].double().requires_grad_(True)
         out = _scatter_softmax(v, inp["group"], inp["shape"][1 - params["dim"]])
@@ -296,6 +355,22 @@ def reference(op: str, params: dict, inp: dict) -> dict:
     return {"out": out.detach(), "grads": [g]}
 
 
+def _spgemm_reference(inp: dict) -> dict:
+    """C's values (rows in order, columns increasing) and the values gradients in float64,
+    from the list of every product A[i,j] B[j,c] (index arithmetic alone)."""
+    (ri, rj), (bj, bc) = inp["A"].indices(), inp["B"].indices()
+    a, b, m = inp["A"].values().double(), inp["B"].values().double(), inp["B"].shape[1]
+    ptr = torch.searchsorted(bj, torch.arange(inp["B"].shape[0] + 1))        # B's row pointers
+    counts = ptr[rj + 1] - ptr[rj]
+    e = torch.repeat_interleave(torch.arange(rj.numel()), counts)            # A's entry of each product
+    f = torch.arange(e.numel()) - (torch.cumsum(counts, 0) - counts)[e] + ptr[rj][e]   # B's entry
+    key, where = torch.unique(ri[e] * m + bc[f], return_inverse=True)
+    out = torch.zeros(key.numel(), dtype=torch.float64).index_add_(0, where, a[e] * b[f])
+    g = inp["G"].double()[where]
+    return {"out": out, "grads": [torch.zeros_like(a).index_add_(0, e, b[f] * g),
+                                  torch.zeros_like(b).index_add_(0, f, a[e] * g)]}
+
+
 def _rel_err(x, ref):
     x = x.detach().double().reshape(ref.shape)
     finite = ref.isfinite()
@@ -306,9 +381,14 @@ def _rel_err(x, ref):
 
 
 def check(prep, inp, ref) -> dict:
+    """Relative errors of the output and (where the method has a backward) the gradients;
+    an output whose entries come in another order (info "unordered") is compared sorted."""
     out = prep.fn(*prep.leaves)
-    res = {"err_out": _rel_err(out, ref["out"])}
-    grads = prep.grad_a_values(torch.autograd.grad(out, prep.leaves, inp["G"]))
+    if prep.info.get("unordered"):
+        res = {"err_out": _rel_err(out.detach().double().sort().values, ref["out"].sort().values)}
+    else:
+        res = {"err_out": _rel_err(out, ref["out"])}
+    grads = [] if prep.bwd_skip else prep.grad_a_values(torch.autograd.grad(out, prep.leaves, inp["G"]))
     grads = grads if isinstance(grads, (list, tuple)) else [grads]
     for i, (g, r) in enumerate(zip(grads, ref["grads"])):
         res[f"err_grad{i}"] = _rel_err(g, r)

@@ -60,8 +60,10 @@ PyObject *py_spgemm_count(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
-/* ---- spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, Cptr, Ccol, Cval, nthreads) ----
- * the columns Ccol (int64) and values Cval of A @ B on the pattern Cptr (spgemm_count's). */
+/* ---- spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, Cptr, Cidx, Cval, nthreads) ----
+ * the columns and values Cval of A @ B on the pattern Cptr (spgemm_count's): Cidx is the
+ * columns (nnz,) int64, or a COO index array (2 or 3, nnz) whose last row gets the
+ * columns and the rows before it each entry's row (and batch item). */
 PyObject *py_spgemm(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -69,25 +71,36 @@ PyObject *py_spgemm(PyObject *self, PyObject *args)
     long long batch, n, l, m;
     int nthreads, status;
     call c = {0};
-    tsgu_csr A, B, C;
+    tsgu_csr A, B;
     if (!PyArg_ParseTuple(args, "OOOOOOLLLLOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &batch, &n, &l, &m,
                           &o[6], &o[7], &o[8], &nthreads))
         return NULL;
     const char *names[9] = {"A's crow_indices", "A's col_indices", "A's values", "B's crow_indices",
-                            "B's col_indices", "B's values", "out crow_indices", "out col_indices", "out values"};
+                            "B's col_indices", "B's values", "out crow_indices", "out indices", "out values"};
     const held *h = c.t;
-    /* C's arrays are checked as a CSR view of their own: int64, shapes, value dtype */
     if (take_all(&c, o, names, 9) || make_csr(&h[0], &h[1], &h[2], batch, n, l, &A, 1) ||
         make_csr(&h[3], &h[4], &h[5], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
-        int64_array(&h[6], batch * n + 1) || int64_array(&h[7], numel(dl(&h[7]))) ||
-        make_csr(&h[6], &h[7], &h[8], batch, n, m, &C, 1))
+        int64_array(&h[6], batch * n + 1))
         return finish(&c, -1);
-    if (B.rtype != A.rtype || C.rtype != A.rtype) {
-        PyErr_SetString(PyExc_TypeError, "A, B and out values must have one dtype");
+    const DLTensor *I = dl(&h[7]), *V = dl(&h[8]);
+    int rows = I->ndim == 2 ? (int)I->shape[0] : 1;
+    if (!(I->ndim == 1 || (I->ndim == 2 && (rows == 2 || rows == 3))) || I->dtype.code != kDLInt ||
+        I->dtype.bits != 64 || I->dtype.lanes != 1) {
+        PyErr_SetString(PyExc_ValueError, "out indices must be int64 of shape (nnz,), (2, nnz) or (3, nnz)");
         return finish(&c, -1);
     }
+    int64_t nnz = I->shape[I->ndim - 1];
+    if (need_contiguous(&h[7]) || need_contiguous(&h[8])) return finish(&c, -1);
+    if (real_type(&h[8], 1) != (int)A.rtype || B.rtype != A.rtype || V->ndim != 1 || V->shape[0] != nnz) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "A, B and out values must have one dtype, and out one value per index");
+        return finish(&c, -1);
+    }
+    int64_t *idx = data_of(&h[7]);       /* rows of a (rows, nnz) array: (item,) row, column */
+    int64_t *col = idx + (rows - 1) * nnz, *row = rows > 1 ? idx + (rows - 2) * nnz : NULL;
+    int64_t *item = rows > 2 ? idx : NULL;
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spgemm(&A, &B, C.ptr, data_of(&h[7]), data_of(&h[8]), C.nnz, nthreads);
+    status = tsgu_spgemm(&A, &B, data_of(&h[6]), col, row, item, data_of(&h[8]), nnz, nthreads);
     Py_END_ALLOW_THREADS
     return finish(&c, status);
 }

@@ -7,10 +7,13 @@
  *     Cptr[r] = number of entries of C in global rows before r    (r = k*n + i),
  * Cptr of batch*n+1 int64: the row pointers spgemm.c fills the product into.
  * Both structures are checked first (csr_check.c); each row counts its distinct
- * columns in a row accumulator (tsgu_accum.h), rows split by work (spgemm_split.c). */
+ * columns in a bitmap of the m columns, or past 2^26 columns a row accumulator
+ * (tsgu_accum.h); rows split by work (spgemm_split.c). */
 #include "tsgu.h"
 #include "tsgu_accum.h"
 #include "tsgu_parallel.h"
+
+#define TSGU_COUNT_MAX_BITS ((int64_t)1 << 26)   /* a thread's bitmap: 8 MiB at most */
 
 typedef struct {
     const tsgu_csr *A, *B;
@@ -43,7 +46,9 @@ int tsgu_spgemm_count(const tsgu_csr *A, const tsgu_csr *B, int64_t *Cptr, int n
 #define TSGU_SPGEMM_ROWS 1
 #include "tsgu_rows.h"
 
-/* Cptr[r + 1] = the number of columns of global row r, for the rows of chunk t */
+/* Cptr[r + 1] = the number of columns of global row r, for the rows of chunk t: each
+ * column's bit set in a bitmap of the m columns (cleared again by a second walk over
+ * the row's products, then in cache), or for m past TSGU_COUNT_MAX_BITS, a table */
 static int TSGU_FN(count_rows)(void *ctx, int64_t t)
 {
     const count_ctx *x = ctx;
@@ -51,7 +56,8 @@ static int TSGU_FN(count_rows)(void *ctx, int64_t t)
     const idx_t *Aj = A->col, *Bj = B->col;
     int64_t n = A->nrows, m = B->ncols;
     tsgu_accum acc = {0};
-    int status = TSGU_OK;
+    uint64_t *bits = m <= TSGU_COUNT_MAX_BITS ? calloc((size_t)(m / 64 + 1), sizeof *bits) : NULL;
+    int status = m <= TSGU_COUNT_MAX_BITS && !bits ? TSGU_ENOMEM : TSGU_OK;
     for (int64_t r = x->bounds[t]; r < x->bounds[t + 1] && status == TSGU_OK; r++) {
         int64_t k = r / n, i = r - k * n, start, end, bs, be, want = 0, count = 0;
         TSGU_FN(row_entries)(A, k, i, &start, &end);
@@ -60,18 +66,32 @@ static int TSGU_FN(count_rows)(void *ctx, int64_t t)
             TSGU_FN(row_entries)(B, k, Aj[e], &bs, &be);
             want += be - bs;
         }
-        if (want && (status = tsgu_accum_reset(&acc, want, m)) == TSGU_OK) {
+        if (bits) {
+            for (int64_t e = start; e < end; e++) {
+                TSGU_FN(row_entries)(B, k, Aj[e], &bs, &be);
+                for (int64_t f = bs; f < be; f++) {
+                    uint64_t *w = bits + (Bj[f] >> 6), bit = UINT64_C(1) << (Bj[f] & 63);
+                    count += !(*w & bit);
+                    *w |= bit;
+                }
+            }
+            for (int64_t e = start; e < end; e++) {
+                TSGU_FN(row_entries)(B, k, Aj[e], &bs, &be);
+                for (int64_t f = bs; f < be; f++) bits[Bj[f] >> 6] = 0;
+            }
+        } else if (want && (status = tsgu_accum_reset(&acc, want, m)) == TSGU_OK) {
             for (int64_t e = start; e < end; e++) {
                 TSGU_FN(row_entries)(B, k, Aj[e], &bs, &be);
                 for (int64_t f = bs; f < be; f++) {
                     int64_t c = Bj[f], s = tsgu_accum_slot(&acc, c);
                     count += acc.key[s] < 0;
-                    tsgu_accum_insert(&acc, s, c);
+                    acc.key[s] = c;
                 }
             }
         }
         x->Cptr[r + 1] = count;
     }
+    free(bits);
     tsgu_accum_free(&acc);
     return status;
 }

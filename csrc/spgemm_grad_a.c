@@ -69,7 +69,7 @@ static int TSGU_FN(grad_a_rows)(void *ctx, int64_t t)
             acc_t *s = acc.sum;
             for (int64_t q = gs; q < ge; q++) {
                 int64_t c = Gj[q], slot = tsgu_accum_slot(&acc, c);
-                tsgu_accum_insert(&acc, slot, c);
+                acc.key[slot] = c;
                 s[slot] = TSGU_LOAD(Gv[q]);
             }
             sum = s;

@@ -105,8 +105,8 @@ int tsgu_sddmm_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, c
  * global rows; G, the upstream gradient of C, is a CSR view or (G NULL) dense Gd;
  * At and tperm are A's transposed pattern as tsgu_csr_transpose gives it */
 int tsgu_spgemm_count(const tsgu_csr *A, const tsgu_csr *B, int64_t *Cptr, int nthreads);
-int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64_t *Ccol, void *Cval,
-                int64_t nnzC, int nthreads);
+int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64_t *Ccol, int64_t *Crow,
+                int64_t *Citem, void *Cval, int64_t nnzC, int nthreads);
 int tsgu_spgemm_grad_a(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, const tsgu_dense *Gd,
                        void *out, int nthreads);
 int tsgu_spgemm_grad_b(const tsgu_csr *A, const tsgu_csr *At, const void *tperm, const tsgu_csr *B,

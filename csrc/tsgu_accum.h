@@ -1,29 +1,27 @@
-/* tsgu_accum.h: the row accumulator of the sparse @ sparse kernels (spgemm_count.c,
- * spgemm.c, spgemm_grad_a.c): a set of column indices of one row, each with a sum,
- * that a row fills and then reads back in increasing column order.
+/* tsgu_accum.h: the row accumulators of the sparse @ sparse kernels (spgemm_count.c,
+ * spgemm.c, spgemm_grad_a.c): a set of column indices of one row, each with a sum.
  *
- * A table of T slots, each an int64 key (-1: empty) and a sum.  For a row that
- * will hold at most `want` columns of m, T is the power of two >= 2*want (at least
- * 16), found by multiplicative hashing and linear probing; where that is not less
- * than m, T = m and column j lives in slot j (no hashing, no probing, and the
- * slots read in order are the columns in order).  A table never holds more than
- * T/2 keys in hashed mode, so a probe always ends.  One accumulator per thread,
- * grown as rows need and reused: O(threads * (largest row or m)) memory.
+ * tsgu_accum, a table of T slots, each an int64 key (-1: empty) and a sum.  For a row
+ * that will hold at most `want` columns of m, T is the power of two >= 2*want (at
+ * least 16), found by multiplicative hashing and linear probing; where that is not
+ * less than m, T = m and column j lives in slot j (no hashing, no probing).  A table
+ * never holds more than T/2 keys in hashed mode, so a probe always ends.  One per
+ * thread, grown as rows need and reused: O(threads * (largest row or m)) memory.
+ * Read back in order, its keys are sorted (tsgu_accum_keys).
  *
- * A row read back in order (tsgu_accum_keys) finds its keys through a bitmap of
- * the m columns in levels (bit c of level 0 is column c, bit q of level L+1 says
- * that word q of level L is not zero: m/8 bytes in all), set as keys are inserted
- * and cleared as they are read: a walk down the set bits gives the columns in
- * increasing order at a few operations each, where sorting them would cost
- * log(count) comparisons each (the accumulator's largest cost). */
+ * tsgu_spa, the sparse accumulator for rows read back in order: a sum per column of m
+ * and a bitmap of the columns in levels (bit c of level 0 is column c, bit q of level
+ * L+1 says that word q of level L is not zero: m/8 bytes in all), set as columns come
+ * in and cleared as they are read: a walk down the set bits gives the columns in
+ * increasing order at a few operations each, and each one's sum at its own index,
+ * where a table would sort (log(count) comparisons each) and look each key up again.
+ * It costs m sums per thread, so the kernels take it for m up to TSGU_SPA_MAX_BYTES. */
 #ifndef TSGU_ACCUM_H
 #define TSGU_ACCUM_H
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define TSGU_ACCUM_LEVELS 8
 
 typedef struct {
     int64_t *key;   /* T keys, -1 where empty */
@@ -32,45 +30,15 @@ typedef struct {
     int64_t cap;    /* slots allocated */
     int shift;      /* hashed mode: 64 - log2(T); 0 in direct mode (slot = column) */
     size_t sum_size;
-    uint64_t *bits;                         /* the ordering bitmap (tsgu_accum_ordered), or NULL */
-    int64_t level[TSGU_ACCUM_LEVELS];       /* where level L starts in bits */
-    int levels;
 } tsgu_accum;
 
 static inline void tsgu_accum_free(tsgu_accum *a)
 {
     free(a->key);
     free(a->sum);
-    free(a->bits);
     a->key = NULL;
     a->sum = NULL;
-    a->bits = NULL;
     a->cap = 0;
-}
-
-/* give a the bitmap that reads rows of columns in [0, m) back in order (all clear);
- * TSGU_ENOMEM or TSGU_OK.  Without it (m past 2^48), tsgu_accum_keys sorts. */
-static inline int tsgu_accum_ordered(tsgu_accum *a, int64_t m)
-{
-    int64_t words = 0, w = m;
-    int L = 0;
-    do {
-        w = (w + 63) / 64;
-        a->level[L++] = words;
-        words += w;
-    } while (w > 1 && L < TSGU_ACCUM_LEVELS);
-    if (w > 1) return TSGU_OK;
-    a->levels = L;
-    a->bits = calloc((size_t)words, sizeof *a->bits);
-    return a->bits ? TSGU_OK : TSGU_ENOMEM;
-}
-
-/* key c into slot s (found empty by tsgu_accum_slot) */
-static inline void tsgu_accum_insert(tsgu_accum *a, int64_t s, int64_t c)
-{
-    a->key[s] = c;
-    if (a->bits)
-        for (int L = 0; L < a->levels; L++, c >>= 6) a->bits[a->level[L] + (c >> 6)] |= UINT64_C(1) << (c & 63);
 }
 
 /* make a empty, for a row of at most `want` columns of m; TSGU_ENOMEM or TSGU_OK */
@@ -181,31 +149,95 @@ static inline void tsgu_sort_keys(int64_t *x, int64_t n)
     }
 }
 
-/* the set bits under word q of level L, in increasing order, appended at out[*c],
- * each word cleared once read */
-static inline void tsgu_accum_walk(tsgu_accum *a, int L, int64_t q, int64_t *out, int64_t *c)
-{
-    uint64_t *w = a->bits + a->level[L] + q, word = *w;
-    *w = 0;
-    while (word) {
-        int64_t next = q * 64 + __builtin_ctzll(word);
-        word &= word - 1;
-        if (L == 0) out[(*c)++] = next;
-        else tsgu_accum_walk(a, L - 1, next, out, c);
-    }
-}
-
 /* the keys of a, in increasing order, into out[0..count) (count: how many a holds) */
-static inline void tsgu_accum_keys(tsgu_accum *a, int64_t *out, int64_t count)
+static inline void tsgu_accum_keys(const tsgu_accum *a, int64_t *out, int64_t count)
 {
     int64_t c = 0;
-    if (a->bits) {
-        tsgu_accum_walk(a, a->levels - 1, 0, out, &c);
-        return;
-    }
     for (int64_t s = 0; s < a->T && c < count; s++)
         if (a->key[s] >= 0) out[c++] = a->key[s];
     if (a->shift) tsgu_sort_keys(out, count);
+}
+
+/* ---- tsgu_spa ---- */
+#define TSGU_ACCUM_LEVELS 8
+#define TSGU_SPA_MAX_BYTES ((int64_t)1 << 23)   /* a thread's sums: 8 MiB at most */
+
+typedef struct {
+    void *sum;                              /* m sums */
+    uint64_t *bits;                         /* the bitmap's levels, one after the other */
+    int64_t level[TSGU_ACCUM_LEVELS];       /* where level L starts in bits */
+    int levels;
+} tsgu_spa;
+
+/* an empty spa for columns in [0, m) with sums of sum_size bytes: TSGU_OK, TSGU_ENOMEM,
+ * or -1 where m is past what it takes (m * sum_size > TSGU_SPA_MAX_BYTES) */
+static inline int tsgu_spa_init(tsgu_spa *a, int64_t m, size_t sum_size)
+{
+    int64_t words = 0, w = m;
+    int L = 0;
+    memset(a, 0, sizeof *a);
+    if (m * (int64_t)sum_size > TSGU_SPA_MAX_BYTES) return -1;
+    do {                                     /* 2^23 columns: 4 levels */
+        w = (w + 63) / 64;
+        a->level[L++] = words;
+        words += w;
+    } while (w > 1);
+    a->levels = L;
+    a->bits = calloc((size_t)words, sizeof *a->bits);
+    a->sum = malloc((size_t)(m > 0 ? m : 1) * sum_size);
+    return a->bits && a->sum ? TSGU_OK : TSGU_ENOMEM;
+}
+
+static inline void tsgu_spa_free(tsgu_spa *a)
+{
+    free(a->bits);
+    free(a->sum);
+    a->bits = NULL;
+    a->sum = NULL;
+}
+
+/* mark column c; 1 where it was not marked yet (its sum is then to be set, not added to) */
+static inline int tsgu_spa_mark(tsgu_spa *a, int64_t c)
+{
+    uint64_t *w = a->bits + (c >> 6), bit = UINT64_C(1) << (c & 63);
+    if (*w & bit) return 0;
+    *w |= bit;
+    for (int L = 1; L < a->levels; L++) {
+        c >>= 6;
+        a->bits[a->level[L] + (c >> 6)] |= UINT64_C(1) << (c & 63);
+    }
+    return 1;
+}
+
+/* the marked columns under word q of level L >= 1, in increasing order, at *out
+ * (advanced past them); each word cleared once read */
+static void tsgu_spa_walk(tsgu_spa *a, int L, int64_t q, int64_t **out)
+{
+    uint64_t *w = a->bits + a->level[L] + q, word = *w;
+    *w = 0;
+    for (; word; word &= word - 1) {
+        int64_t next = q * 64 + __builtin_ctzll(word);
+        if (L > 1) {
+            tsgu_spa_walk(a, L - 1, next, out);
+            continue;
+        }
+        uint64_t *w0 = a->bits + next, x = *w0;    /* level 0: the columns themselves */
+        int64_t *o = *out;
+        *w0 = 0;
+        for (; x; x &= x - 1) *o++ = next * 64 + __builtin_ctzll(x);
+        *out = o;
+    }
+}
+
+/* the marked columns, in increasing order, into out; all cleared */
+static inline void tsgu_spa_keys(tsgu_spa *a, int64_t *out)
+{
+    if (a->levels == 1) {
+        for (uint64_t x = a->bits[0]; x; x &= x - 1) *out++ = __builtin_ctzll(x);
+        a->bits[0] = 0;
+        return;
+    }
+    tsgu_spa_walk(a, a->levels - 1, 0, &out);
 }
 
 #endif

@@ -105,6 +105,36 @@ def test_same_as_torch_sparse_mm(layout, dtype):
             assert torch.equal(mine, its.sort().values) and bool((mine.diff() > 0).all())
 
 
+@pytest.mark.parametrize("m", [300_000, 3_000_000, 2**27])
+def test_wide_products_take_every_accumulator(m, monkeypatch):
+    """B of m columns past each accumulator's reach: the sparse accumulator's deeper bitmap
+    levels (3e5 columns: four), the hashed table of the product (3e6 float64 sums: past
+    8 MiB) and of the count (2^27 columns: past its bitmap).  Against torch.sparse.mm
+    (values) and the torch-ops route (gradients, itself checked against dense autograd)."""
+    gen = seeded("wide", m)
+    n, l = 40, 30
+    a_idx = torch.stack([torch.randint(0, n, (150,), generator=gen), torch.randint(0, l, (150,), generator=gen)])
+    cols = torch.cat([torch.randint(0, m, (150,), generator=gen), torch.randint(m - 70, m, (90,), generator=gen)])
+    b_idx = torch.stack([torch.randint(0, l, (240,), generator=gen), cols])       # spread, and a crowded end
+    A = torch.sparse_coo_tensor(a_idx, torch.randn(150, generator=gen, dtype=torch.float64), (n, l)).coalesce()
+    B = torch.sparse_coo_tensor(b_idx, torch.randn(240, generator=gen, dtype=torch.float64), (l, m)).coalesce()
+    theirs = torch.sparse.mm(A, B)
+    out = {}
+    for forced in (False, True):
+        monkeypatch.setattr(_backends, "force_torch_ops", forced)
+        Al, Bl = A.detach().requires_grad_(), B.detach().requires_grad_()
+        C = sparse_mm(Al, Bl)
+        torch.autograd.backward(C, torch.sparse_coo_tensor(C.indices(), torch.linspace(-1, 1, C._nnz(),
+                                                                                       dtype=torch.float64), C.shape))
+        out[forced] = C, Al.grad, Bl.grad
+    assert torch.equal(out[False][0].indices(), theirs.coalesce().indices())
+    torch.testing.assert_close(out[False][0].values(), theirs.coalesce().values(), **TOL[torch.float64])
+    for x, y in zip(out[False], out[True]):
+        x, y = x.coalesce(), y.coalesce()
+        assert torch.equal(x.indices(), y.indices())
+        torch.testing.assert_close(x.values(), y.values(), **TOL[torch.float64])
+
+
 def test_a_cancelling_sum_is_still_an_entry():
     A = torch.sparse_coo_tensor(torch.tensor([[0, 0], [0, 1]]), torch.tensor([1.0, -1.0]), (1, 2))
     B = torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, 0]]), torch.tensor([1.0, 1.0]), (2, 1))

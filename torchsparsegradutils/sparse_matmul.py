@@ -9,7 +9,7 @@ from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor, csr_tensor
 from ._core.validate import (MM_DTYPES, check_operands, check_reduce, check_sparse_operands, eager_only,
                              error, records_graph)
-from ._core.view import CSRView, coo_from_values, csr_from_values, entry_rows, view_of
+from ._core.view import CSRView, coo_from_values, csr_from_values, view_of
 
 
 def sparse_mm(A, B, reduce: str = "sum"):
@@ -229,21 +229,21 @@ def _tensor_components(X: torch.Tensor):
 def _sparse_sparse_torch(A: torch.Tensor, B: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     if records_graph(A, B):
         return SparseSparseMatMul.apply(A, B)
-    return _product(A.layout, *_backends.spgemm(as_csr(A), as_csr(B)), shape)
+    coo = A.layout == torch.sparse_coo
+    return _product(A.layout, *_backends.spgemm(as_csr(A), as_csr(B), coo), shape)
 
 
-def _product(layout, ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: torch.Size):
-    """The product C from its pattern (global row pointers, columns) and values, in
-    `layout` (torch.sparse_coo, torch.sparse_csr, or SparseCSR); differentiable in
-    values where they carry a graph."""
+def _product(layout, ptr: torch.Tensor, index: torch.Tensor, values: torch.Tensor, shape: torch.Size):
+    """The product C from its pattern (global row pointers, and the columns, or for a COO
+    layout the COO index array: see _backends.spgemm) and values, in `layout`
+    (torch.sparse_coo, torch.sparse_csr, or SparseCSR); differentiable in values where
+    they carry a graph."""
     if layout is SparseCSR:
-        return SparseCSR(ptr, col, values, tuple(shape))
+        return SparseCSR(ptr, index, values, tuple(shape))
     learns = values.requires_grad
     if layout == torch.sparse_coo:
-        rows = entry_rows(ptr)
-        n = shape[-2]
-        indices = torch.stack([rows // n, rows % n, col] if len(shape) == 3 else [rows, col])
-        return (coo_from_values if learns else coo_tensor)(indices, values, shape, is_coalesced=True)
+        return (coo_from_values if learns else coo_tensor)(index, values, shape, is_coalesced=True)
+    col = index
     if len(shape) == 3:                            # PyTorch's batched CSR: one entry count per item
         b, n = shape[0], shape[1]
         starts = ptr[0:b * n + 1:n] if n else ptr.new_zeros(b + 1)
@@ -266,11 +266,11 @@ class SparseSparseMatMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, B):
         a, b = as_csr(A), as_csr(B)
-        ptr, col, values = _backends.spgemm(a, b)
+        ptr, index, values = _backends.spgemm(a, b, A.layout == torch.sparse_coo)
         need_A, need_B = ctx.needs_input_grad
         # grad_A reads B's values and A's pattern; grad_B reads A's values and B's pattern
         save_operands(ctx, [(A, a, need_B), (B, b, need_A)])
-        return _product(A.layout, ptr, col, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
+        return _product(A.layout, ptr, index, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
 
     @staticmethod
     @once_differentiable

@@ -76,11 +76,12 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
 
 # --------------------------------------------------------- sparse @ sparse (sparse_mm)
 # A[k] n x l times B[k] l x m, both CSRViews (no kept-rows view); the product comes as
-# (ptr, col, values): global row pointers (batch*n+1,), int64 columns increasing in each
-# row.  G, the gradient w.r.t. C, is a CSRView or a dense tensor.  No CUDA kernel of ours.
-def spgemm(A: CSRView, B: CSRView):
-    """(ptr, col, values) of C = A @ B for every batch item."""
-    return _backend(False, A.values, B.values).spgemm(A, B)
+# (ptr, index, values): global row pointers (batch*n+1,), and int64 columns increasing in
+# each row, or with coo the COO index array of C ((2 or 3, nnz)).  G, the gradient w.r.t.
+# C, is a CSRView or a dense tensor.  No CUDA kernel of ours.
+def spgemm(A: CSRView, B: CSRView, coo: bool = False):
+    """(ptr, index, values) of C = A @ B for every batch item."""
+    return _backend(False, A.values, B.values).spgemm(A, B, coo)
 
 
 def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:

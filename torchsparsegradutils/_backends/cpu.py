@@ -124,18 +124,19 @@ def transpose_pattern(A: CSRView):
 # A[k] is n x l and B[k] l x m; the product's pattern comes as global row pointers
 # (batch*n+1,) and int64 columns, increasing in each row.  The kernels take one index
 # dtype for all their sparse operands: int32 ones are widened where the dtypes differ.
-def spgemm(A: CSRView, B: CSRView):
-    """(ptr, col, values) of C = A @ B for every batch item (csrc/spgemm_count.c sizes
-    the rows, csrc/spgemm.c fills them)."""
+def spgemm(A: CSRView, B: CSRView, coo: bool = False):
+    """(ptr, index, values) of C = A @ B for every batch item (csrc/spgemm_count.c sizes
+    the rows, csrc/spgemm.c fills them); index: the columns, or with coo C's COO index
+    array ((2 or 3, nnz): (item,) row, column), written by the kernel with the columns."""
     A, B = _one_index_dtype(A, B)
     nt, dims = torch.get_num_threads(), (A.batch, A.nrows, A.ncols, B.ncols)
     ptr = torch.empty(A.batch * A.nrows + 1, dtype=torch.int64)
     _C.spgemm_count(A.ptr, A.col, B.ptr, B.col, *dims, ptr, nt)
     nnz = int(ptr[-1])
-    col = torch.empty(nnz, dtype=torch.int64)
+    index = torch.empty((len(A.shape), nnz) if coo else (nnz,), dtype=torch.int64)
     values = torch.empty(nnz, dtype=A.values.dtype)
-    _C.spgemm(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), *dims, ptr, col, values, nt)
-    return ptr, col, values
+    _C.spgemm(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), *dims, ptr, index, values, nt)
+    return ptr, index, values
 
 
 def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:

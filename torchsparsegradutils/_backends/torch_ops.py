@@ -187,17 +187,20 @@ def _product_pairs(A: CSRView, B: CSRView):
     return e, f, row, col
 
 
-def spgemm(A: CSRView, B: CSRView):
-    """(ptr, col, values) of C = A @ B for every batch item, as the C kernels give them."""
+def spgemm(A: CSRView, B: CSRView, coo: bool = False):
+    """(ptr, index, values) of C = A @ B for every batch item, as the C kernels give them."""
     e, f, row, col = _product_pairs(A, B)
     m = B.ncols
     key, where = torch.unique(row * m + col, return_inverse=True)          # sorted: by row, then column
     a, b = A.values.reshape(-1), B.values.reshape(-1)
     wide = torch.float32 if a.dtype in _HALF else a.dtype
     values = torch.zeros(key.numel(), dtype=wide, device=a.device).index_add_(0, where, a[e].to(wide) * b[f].to(wide))
-    counts = torch.bincount(key // m if m else key, minlength=A.batch * A.nrows)
-    ptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-    return ptr, key % m if m else key, values.to(a.dtype)
+    rows, cols = (key // m, key % m) if m else (key, key)
+    ptr = torch.cat([rows.new_zeros(1), torch.cumsum(torch.bincount(rows, minlength=A.batch * A.nrows), 0)])
+    if coo:
+        n = A.nrows
+        cols = torch.stack([rows // n, rows % n, cols] if len(A.shape) == 3 else [rows, cols])
+    return ptr, cols, values.to(a.dtype)
 
 
 def _grad_at(G, row: torch.Tensor, col: torch.Tensor, m: int) -> torch.Tensor:

@@ -1,0 +1,48 @@
+"""Benchmark of ``sparse_mm(A, B)`` with a sparse B (sparse @ sparse): ours, PyTorch's COO and CSR products, SciPy.
+
+Run from the repository root::
+
+    python -m benchmarks.spgemm --quick     # about a minute
+    python -m benchmarks.spgemm             # a few minutes on 2 cores
+
+Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-memory, ...).
+Cases: A @ A of the n x n patterns of benchmarks/_matrices.py with 8 entries per row
+on average (uniform random columns; power-law row degrees with hub rows), and a
+bag-of-words input (documents of 50 words out of 10^5) times a sparse weight (10^5 x
+64, 10% stored); values N(0, 1), float32.  Forward (C = A @ B, sparse) and forward +
+backward (gradients of A's and B's values, from a gradient of C's values).  Methods:
+ours on leaf COO and CSR tensors; ``torch.sparse.mm`` on the same (its COO @ COO
+backward multiplies out G B^T and A^T G, then masks; its CSR @ CSR has no backward);
+SciPy's ``A @ B`` (one thread, forward only).  Every method's output (and gradients) is
+checked against the product of every pair of entries in float64 first.  Peak memory
+per method in a fresh process; "necessary" is C (values, int64 pointers and columns)
+and both values gradients.  Results: benchmarks/results/spgemm_{quick,full}.{json,md,png}.
+"""
+import os
+import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see sparse_mm.py)
+
+from . import _ops_suite  # noqa: E402
+
+
+def _square(graph, n, per_row=8):
+    return {"op": "spgemm", "label": f"{graph} A@A n={n:.0e} {per_row}/row",
+            "params": {"graph": graph, "n": n, "per_row": per_row}}
+
+
+def _bow(n, features, out, per_row=50, density=0.1):
+    return {"op": "spgemm", "label": f"bag-of-words {n:.0e} docs x {features:.0e} @ W ({density:.0%} of {out})",
+            "params": {"graph": "bow", "n": n, "features": features, "out": out, "per_row": per_row,
+                       "density": density}}
+
+
+GRIDS = {
+    "full": [_square("uniform", 100_000), _square("powerlaw", 100_000), _square("uniform", 100_000, 16),
+             _bow(10_000, 100_000, 64)],
+    "quick": [_square("uniform", 20_000), _square("powerlaw", 20_000), _bow(2_000, 20_000, 64)],
+}
+
+if __name__ == "__main__":
+    sys.exit(_ops_suite.main("spgemm", __doc__, GRIDS, ["ours", "ours CSR", "torch COO", "torch CSR", "scipy"],
+                             compare=("torch COO", "torch CSR", "scipy"), published=False, plot=True))
