@@ -124,8 +124,7 @@ PyObject *py_sddmm_arg(PyObject *self, PyObject *args);
 /* glue_spgemm.c: sparse_mm's sparse @ sparse kernels */
 PyObject *py_spgemm_count(PyObject *self, PyObject *args);
 PyObject *py_spgemm(PyObject *self, PyObject *args);
-PyObject *py_spgemm_grad_a(PyObject *self, PyObject *args);
-PyObject *py_spgemm_grad_b(PyObject *self, PyObject *args);
+PyObject *py_spgemm_grad(PyObject *self, PyObject *args);
 /* glue_solve.c: solves */
 PyObject *py_trisolve(PyObject *self, PyObject *args);
 PyObject *py_cg(PyObject *self, PyObject *args);

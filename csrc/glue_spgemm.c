@@ -105,86 +105,54 @@ PyObject *py_spgemm(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
-/* ---- spgemm_grad_a(Aptr, Acol, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, out, nthreads) ----
- * out (shaped like Acol): the gradient of A @ B w.r.t. A's values; G is the dense
- * upstream gradient (Gcol and Gval None) or the row pointers of a sparse one. */
-PyObject *py_spgemm_grad_a(PyObject *self, PyObject *args)
+/* ---- spgemm_grad(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, gA, gB, nthreads) ----
+ * gA (shaped like Acol) and gB (like Bcol), each or None: the gradients of A @ B w.r.t.
+ * A's and B's values; G is the dense upstream gradient (Gcol and Gval None) or the
+ * row pointers of a sparse one. */
+PyObject *py_spgemm_grad(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[9];
+    PyObject *o[11];
     long long batch, n, l, m;
     int nthreads, status;
     call c = {0};
-    tsgu_csr A, B, G;
+    tsgu_csr A, B, G, gA = {0}, gB = {0};
     tsgu_dense Gd;
-    if (!PyArg_ParseTuple(args, "OOOOOLLLLOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &batch, &n, &l, &m, &o[5],
-                          &o[6], &o[7], &o[8], &nthreads))
+    if (!PyArg_ParseTuple(args, "OOOOOOLLLLOOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &batch, &n, &l, &m,
+                          &o[6], &o[7], &o[8], &o[9], &o[10], &nthreads))
         return NULL;
-    int sparse = o[6] != Py_None;
-    if (sparse != (o[7] != Py_None)) {
+    int sparse = o[7] != Py_None, want_a = o[9] != Py_None, want_b = o[10] != Py_None;
+    if (sparse != (o[8] != Py_None)) {
         PyErr_SetString(PyExc_ValueError, "grad's col_indices and values are both given or both None");
         return NULL;
     }
-    /* the objects in the order they are held: A, B, out, then G's one or three */
-    PyObject *obj[9] = {o[0], o[1], o[2], o[3], o[4], o[8], o[5], o[6], o[7]};
-    const char *names[9] = {"A's crow_indices", "A's col_indices", "B's crow_indices", "B's col_indices",
-                            "B's values", "out", "grad", "grad's col_indices", "grad's values"};
-    const held *h = c.t;
-    /* out is checked as A's values: one per stored entry */
-    if (take_all(&c, obj, names, sparse ? 9 : 7) || make_csr(&h[0], &h[1], &h[5], batch, n, l, &A, 1) ||
-        make_csr(&h[2], &h[3], &h[4], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
-        (B.rtype != A.rtype ? (PyErr_SetString(PyExc_TypeError, "B and out must have one dtype"), 1) : 0) ||
-        take_grad(&h[6], sparse, &A, batch, n, m, &G, &Gd))
+    /* the objects in the order they are held: A, B, G's one or three, then gA and gB where given */
+    PyObject *obj[11];
+    const char *names[11];
+    int count = 0;
+    const char *all[11] = {"A's crow_indices", "A's col_indices", "A's values", "B's crow_indices",
+                           "B's col_indices", "B's values", "grad", "grad's col_indices", "grad's values", "grad_A",
+                           "grad_B"};
+    for (int q = 0; q < 11; q++)
+        if (q < 7 || (q < 9 && sparse) || (q == 9 && want_a) || (q == 10 && want_b)) {
+            obj[count] = o[q];
+            names[count++] = all[q];
+        }
+    const held *h = c.t, *ha = &h[sparse ? 9 : 7], *hb = ha + want_a;
+    if (take_all(&c, obj, names, count) || make_csr(&h[0], &h[1], &h[2], batch, n, l, &A, 1) ||
+        make_csr(&h[3], &h[4], &h[5], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
+        (B.rtype != A.rtype ? (PyErr_SetString(PyExc_TypeError, "A and B must have one dtype"), 1) : 0) ||
+        take_grad(&h[6], sparse, &A, batch, n, m, &G, &Gd) ||
+        /* each gradient is checked as its operand's values: one per stored entry, the dtype */
+        (want_a && make_csr(&h[0], &h[1], ha, batch, n, l, &gA, 1)) ||
+        (want_b && make_csr(&h[3], &h[4], hb, batch, l, m, &gB, 1)) ||
+        (want_a && gA.rtype != A.rtype) || (want_b && gB.rtype != A.rtype)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "grad_A and grad_B must have the dtype of A");
         return finish(&c, -1);
-    void *out = (void *)A.val;
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spgemm_grad_a(&A, &B, sparse ? &G : NULL, &Gd, out, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
-}
-
-/* ---- spgemm_grad_b(Aptr, Acol, Aval, Tptr, Trow, Tperm, Bptr, Bcol, batch, n, l, m, G, Gcol, Gval, out,
- *                    nthreads) ----
- * out (shaped like Bcol): the gradient of A @ B w.r.t. B's values; (Tptr, Trow, Tperm)
- * the transpose of A's pattern as csr_transpose gives it; G as in spgemm_grad_a. */
-PyObject *py_spgemm_grad_b(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *o[12];
-    long long batch, n, l, m;
-    int nthreads, status;
-    call c = {0};
-    tsgu_csr A, At, B, G;
-    tsgu_dense Gd;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOLLLLOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &batch,
-                          &n, &l, &m, &o[9], &o[10], &o[11], &o[8], &nthreads))
-        return NULL;
-    int sparse = o[10] != Py_None;
-    if (sparse != (o[11] != Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "grad's col_indices and values are both given or both None");
-        return NULL;
     }
-    const char *names[12] = {"A's crow_indices", "A's col_indices", "A's values", "A^T's crow_indices",
-                             "A^T's col_indices", "A^T's permutation", "B's crow_indices", "B's col_indices",
-                             "out", "grad", "grad's col_indices", "grad's values"};
-    const held *h = c.t;
-    /* out is checked as B's values: one per stored entry */
-    if (take_all(&c, o, names, sparse ? 12 : 10) || make_csr(&h[0], &h[1], &h[2], batch, n, l, &A, 1) ||
-        make_csr(&h[3], &h[4], NULL, 1, batch * l, n, &At, 1) || same_index(&A, &At, "A^T") ||
-        index_array(&h[5], &A, A.nnz, "A's col_indices") ||
-        make_csr(&h[6], &h[7], &h[8], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
-        (B.rtype != A.rtype ? (PyErr_SetString(PyExc_TypeError, "A's values and out must have one dtype"), 1)
-                            : 0) ||
-        take_grad(&h[9], sparse, &A, batch, n, m, &G, &Gd))
-        return finish(&c, -1);
-    /* A^T as a batch: global rows k*l + j, the layout csr_transpose writes */
-    At.batch = batch;
-    At.nrows = l;
-    At.ptr_stride = l;
-    const void *tperm = data_of(&h[5]);
-    void *out = (void *)B.val;
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spgemm_grad_b(&A, &At, tperm, &B, sparse ? &G : NULL, &Gd, out, nthreads);
+    status = tsgu_spgemm_grad(&A, &B, sparse ? &G : NULL, &Gd, want_a ? (void *)gA.val : NULL,
+                              want_b ? (void *)gB.val : NULL, nthreads);
     Py_END_ALLOW_THREADS
     return finish(&c, status);
 }

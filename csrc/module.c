@@ -256,11 +256,8 @@ static PyMethodDef methods[] = {
      "spgemm_count(Aptr, Acol, Bptr, Bcol, batch, n, l, m, out_crow, nthreads)"},
     {"spgemm", py_spgemm, METH_VARARGS,
      "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, out_col, out_values, nthreads)"},
-    {"spgemm_grad_a", py_spgemm_grad_a, METH_VARARGS,
-     "spgemm_grad_a(Aptr, Acol, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, out, nthreads)"},
-    {"spgemm_grad_b", py_spgemm_grad_b, METH_VARARGS,
-     "spgemm_grad_b(Aptr, Acol, Aval, Tptr, Trow, Tperm, Bptr, Bcol, batch, n, l, m, G, Gcol, Gval, out, "
-     "nthreads)"},
+    {"spgemm_grad", py_spgemm_grad, METH_VARARGS,
+     "spgemm_grad(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, grad_A, grad_B, nthreads)"},
     {"trisolve", py_trisolve, METH_VARARGS,
      "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},
     {"cg", py_cg, METH_VARARGS,

@@ -38,7 +38,7 @@ int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64
     int status = tsgu_csr_check(A, nthreads);
     if (status == TSGU_OK) status = tsgu_csr_check(B, nthreads);
     if (status != TSGU_OK) return status;
-    int64_t T = tsgu_split_product_rows(A, B, nthreads, bounds);
+    int64_t T = tsgu_split_product_rows(A, B, nthreads, nthreads, bounds);
     if (T < 0) return TSGU_ENOMEM;
     spgemm_ctx x = {A, B, Cptr, Ccol, Crow, Citem, Cval, nnzC, bounds};
     return tsgu_parallel_tasks(T, TSGU_PICK_HALF(spgemm_rows, A->rtype, A->itype), &x);

@@ -31,7 +31,7 @@ int tsgu_spgemm_count(const tsgu_csr *A, const tsgu_csr *B, int64_t *Cptr, int n
     int status = tsgu_csr_check(A, nthreads);
     if (status == TSGU_OK) status = tsgu_csr_check(B, nthreads);
     if (status != TSGU_OK) return status;
-    int64_t T = tsgu_split_product_rows(A, B, nthreads, bounds);
+    int64_t T = tsgu_split_product_rows(A, B, nthreads, nthreads, bounds);
     if (T < 0) return TSGU_ENOMEM;
     count_ctx x = {A, B, Cptr, bounds};
     status = tsgu_parallel_tasks(T, TSGU_PICK_INDEX(count_rows, A->itype), &x);

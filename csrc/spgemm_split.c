@@ -4,9 +4,10 @@
  *     work(r) = 1 + nnz(A[k] row i) + sum over the entries (i, j) of A[k] of nnz(B[k] row j),
  * the products that row multiplies.  The sparse @ sparse kernels run their rows on
  * these chunks (a row belongs to one chunk, so the results do not depend on them).
- * A and B must be checked structures (tsgu_csr_check).  Chunk t covers global rows
- * [bounds[t], bounds[t+1]); returns T, or -1 when the workspace (one int64 per row)
- * cannot be had. */
+ * A and B must be checked structures (tsgu_csr_check).  At most `chunks` chunks
+ * (fewer where the work is small: the count depends on the matrices alone); chunk t
+ * covers global rows [bounds[t], bounds[t+1]).  Returns T, or -1 when the workspace
+ * (one int64 per row) cannot be had; the work is summed on nthreads threads. */
 #include <stdlib.h>
 #include "tsgu.h"
 #include "tsgu_parallel.h"
@@ -22,9 +23,9 @@ typedef struct {
 #define TSGU_TEMPLATE_FILE "spgemm_split.c"
 #include "tsgu_template.h"
 
-int64_t tsgu_split_product_rows(const tsgu_csr *A, const tsgu_csr *B, int nthreads, int64_t *bounds)
+int64_t tsgu_split_product_rows(const tsgu_csr *A, const tsgu_csr *B, int chunks, int nthreads, int64_t *bounds)
 {
-    int64_t R = A->batch * A->nrows, T = nthreads < 1 ? 1 : nthreads;
+    int64_t R = A->batch * A->nrows, T = chunks < 1 ? 1 : chunks;
     if (T > TSGU_MAX_THREADS) T = TSGU_MAX_THREADS;
     bounds[0] = 0;
     if (T == 1 || R <= 1) {

@@ -100,17 +100,14 @@ int tsgu_spmm_t_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, 
                     int nthreads);
 int tsgu_sddmm_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, const tsgu_dense *B,
                    void *out, int nthreads);
-/* sparse @ sparse, C = A·B item by item (spgemm_count.c, spgemm.c, spgemm_grad_a.c,
- * spgemm_grad_b.c): C's row pointers Cptr (batch*n+1) and columns are int64, in
- * global rows; G, the upstream gradient of C, is a CSR view or (G NULL) dense Gd;
- * At and tperm are A's transposed pattern as tsgu_csr_transpose gives it */
+/* sparse @ sparse, C = A·B item by item (spgemm_count.c, spgemm.c, spgemm_grad.c):
+ * C's row pointers Cptr (batch*n+1) and columns are int64, in global rows; G, the
+ * upstream gradient of C, is a CSR view or (G NULL) dense Gd; gA / gB NULL when not wanted */
 int tsgu_spgemm_count(const tsgu_csr *A, const tsgu_csr *B, int64_t *Cptr, int nthreads);
 int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64_t *Ccol, int64_t *Crow,
                 int64_t *Citem, void *Cval, int64_t nnzC, int nthreads);
-int tsgu_spgemm_grad_a(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, const tsgu_dense *Gd,
-                       void *out, int nthreads);
-int tsgu_spgemm_grad_b(const tsgu_csr *A, const tsgu_csr *At, const void *tperm, const tsgu_csr *B,
-                       const tsgu_csr *G, const tsgu_dense *Gd, void *out, int nthreads);
+int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, const tsgu_dense *Gd, void *gA,
+                     void *gB, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
                      const int64_t *sizes, int64_t *ptr, int nthreads, int *coalesced);

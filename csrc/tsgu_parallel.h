@@ -19,8 +19,8 @@ int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
 /* the same with each row costing work_per_row besides its entries */
 int tsgu_parallel_rows_weighted(const tsgu_csr *A, int64_t work_per_entry, int64_t work_per_row, int nthreads,
                                 tsgu_rows_fn fn, void *ctx);
-/* the rows of C = A·B in T chunks of about equal products (spgemm_split.c); A and B
- * checked; returns T, or -1 for want of memory */
-int64_t tsgu_split_product_rows(const tsgu_csr *A, const tsgu_csr *B, int nthreads, int64_t *bounds);
+/* the rows of C = A·B in T <= chunks chunks of about equal products (spgemm_split.c);
+ * A and B checked; returns T, or -1 for want of memory */
+int64_t tsgu_split_product_rows(const tsgu_csr *A, const tsgu_csr *B, int chunks, int nthreads, int64_t *bounds);
 
 #endif

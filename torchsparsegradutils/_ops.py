@@ -14,8 +14,7 @@ values `a` (one entry per stored position):
     tsgu::sddmm_arg(arg, U, V)[e]    = sum of U[i,t] V[j(e),t] over the t whose arg is e
     tsgu::spgemm(a, b)   = (ptr, col, c): the product S(a) T(b) of two patterns, its
                            values c on its own pattern (ptr, col) P
-    tsgu::spgemm_grad_a(b, g)[e] = (P(g) T(b)^T at the stored (i, j) e of S)
-    tsgu::spgemm_grad_b(a, g)[f] = (S(a)^T P(g) at the stored (j, c) f of T)
+    tsgu::spgemm_grad(a, b, g) = (P(g) T(b)^T at S's stored (i, j), S(a)^T P(g) at T's stored (j, c))
     tsgu::trisolve(a, B) = M^{-1} B,  M = S(a) triangular (or S(a)^T with transpose)
     tsgu::lse(a)         = log-sum-exp of S(a) by rows, columns, both or whole items
                            (see _backends.lse): L, one value per group
@@ -33,7 +32,7 @@ Each one's backward is made of the others,
     spmm:     da = sddmm(G, X),   dX = spmm_t(a, G)
     spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
     sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
-    spgemm:   da = spgemm_grad_a(b, dc),   db = spgemm_grad_b(a, dc)   (no second derivative)
+    spgemm:   (da, db) = spgemm_grad(a, b, dc)   (no second derivative)
     gather_arg (and spmm_arg): da = sddmm_arg(G, X),  dX = spmm_t_arg(a, G)
     spmm_t_arg: da = sddmm_arg(Y, H),  dY = gather_arg(a, H)
     sddmm_arg:  dU = gather_arg(g, V),  dV = spmm_t_arg(g, U)
@@ -90,18 +89,14 @@ def _spgemm(a_ptr: Tensor, a_col: Tensor, a_shape: List[int], a: Tensor, b_ptr: 
     return _backends.spgemm(view_of(a_ptr, a_col, a, None, a_shape), view_of(b_ptr, b_col, b, None, b_shape))
 
 
-@torch.library.custom_op("tsgu::spgemm_grad_a", mutates_args=())
-def _spgemm_grad_a(a_ptr: Tensor, a_col: Tensor, a_shape: List[int], b_ptr: Tensor, b_col: Tensor,
-                   b_shape: List[int], b: Tensor, ptr: Tensor, col: Tensor, g: Tensor) -> Tensor:
-    A, B = view_of(a_ptr, a_col, None, None, a_shape), view_of(b_ptr, b_col, b, None, b_shape)
-    return _backends.spgemm_grad_a(A, B, view_of(ptr, col, g, None, _product_shape(a_shape, b_shape)))
-
-
-@torch.library.custom_op("tsgu::spgemm_grad_b", mutates_args=())
-def _spgemm_grad_b(a_ptr: Tensor, a_col: Tensor, a_shape: List[int], a: Tensor, b_ptr: Tensor, b_col: Tensor,
-                   b_shape: List[int], ptr: Tensor, col: Tensor, g: Tensor) -> Tensor:
-    A, B = view_of(a_ptr, a_col, a, None, a_shape), view_of(b_ptr, b_col, None, None, b_shape)
-    return _backends.spgemm_grad_b(A, B, view_of(ptr, col, g, None, _product_shape(a_shape, b_shape)))
+@torch.library.custom_op("tsgu::spgemm_grad", mutates_args=())
+def _spgemm_grad(a_ptr: Tensor, a_col: Tensor, a_shape: List[int], a: Tensor, b_ptr: Tensor, b_col: Tensor,
+                 b_shape: List[int], b: Tensor, ptr: Tensor, col: Tensor, g: Tensor, need_a: bool,
+                 need_b: bool) -> Tuple[Tensor, Tensor]:
+    A, B = view_of(a_ptr, a_col, a, None, a_shape), view_of(b_ptr, b_col, b, None, b_shape)
+    da, db = _backends.spgemm_grad(A, B, view_of(ptr, col, g, None, _product_shape(a_shape, b_shape)), need_a,
+                                   need_b)
+    return (da if need_a else a.new_empty(0)), (db if need_b else b.new_empty(0))    # empty: not asked for
 
 
 def _product_shape(a_shape, b_shape) -> List[int]:
@@ -117,18 +112,11 @@ def _(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, b):
     return a_ptr.new_empty(rows + 1, dtype=torch.int64), a_col.new_empty(nnz, dtype=torch.int64), a.new_empty(nnz)
 
 
-@_spgemm_grad_a.register_fake
-def _(a_ptr, a_col, a_shape, b_ptr, b_col, b_shape, b, ptr, col, g):
-    check_arrays(a_ptr, a_col, None, a_shape)
-    check_arrays(b_ptr, b_col, b, b_shape)
-    return b.new_empty(a_col.shape)
-
-
-@_spgemm_grad_b.register_fake
-def _(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, ptr, col, g):
+@_spgemm_grad.register_fake
+def _(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, b, ptr, col, g, need_a, need_b):
     check_arrays(a_ptr, a_col, a, a_shape)
-    check_arrays(b_ptr, b_col, None, b_shape)
-    return a.new_empty(b_col.shape)
+    check_arrays(b_ptr, b_col, b, b_shape)
+    return a.new_empty(a_col.shape if need_a else 0), b.new_empty(b_col.shape if need_b else 0)
 
 
 def _spgemm_setup(ctx, inputs, output):
@@ -140,9 +128,8 @@ def _spgemm_setup(ctx, inputs, output):
 def _spgemm_backward(ctx, _, __, dc):
     a_ptr, a_col, a, b_ptr, b_col, b, ptr, col = ctx.saved_tensors
     (a_shape, b_shape), need_a, need_b = ctx.shapes, ctx.needs_input_grad[3], ctx.needs_input_grad[7]
-    da = _spgemm_grad_a(a_ptr, a_col, a_shape, b_ptr, b_col, b_shape, b, ptr, col, dc) if need_a else None
-    db = _spgemm_grad_b(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, ptr, col, dc) if need_b else None
-    return None, None, None, da, None, None, None, db
+    da, db = _spgemm_grad(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, b, ptr, col, dc, need_a, need_b)
+    return None, None, None, da if need_a else None, None, None, None, db if need_b else None
 
 
 _spgemm.register_autograd(_spgemm_backward, setup_context=_spgemm_setup)

@@ -267,9 +267,8 @@ class SparseSparseMatMul(torch.autograd.Function):
     def forward(ctx, A, B):
         a, b = as_csr(A), as_csr(B)
         ptr, index, values = _backends.spgemm(a, b, A.layout == torch.sparse_coo)
-        need_A, need_B = ctx.needs_input_grad
-        # grad_A reads B's values and A's pattern; grad_B reads A's values and B's pattern
-        save_operands(ctx, [(A, a, need_B), (B, b, need_A)])
+        # the gradients read both operands' values (one walk over the products gives both)
+        save_operands(ctx, [(A, a, True), (B, b, True)])
         return _product(A.layout, ptr, index, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
 
     @staticmethod
@@ -278,9 +277,8 @@ class SparseSparseMatMul(torch.autograd.Function):
         ((a, _), (b, _)), _ = load_operands(ctx)
         need_A, need_B = ctx.needs_input_grad
         g = G if G.layout == torch.strided else as_csr(G)      # a sparse G: any pattern, checked
-        grad_A = a.grad_like(_backends.spgemm_grad_a(a, b, g)) if need_A else None
-        grad_B = b.grad_like(_backends.spgemm_grad_b(a, b, g)) if need_B else None
-        return grad_A, grad_B
+        ga, gb = _backends.spgemm_grad(a, b, g, need_A, need_B)
+        return (a.grad_like(ga) if need_A else None), (b.grad_like(gb) if need_B else None)
 
 
 def _values_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:

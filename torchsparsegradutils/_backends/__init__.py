@@ -84,14 +84,10 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     return _backend(False, A.values, B.values).spgemm(A, B, coo)
 
 
-def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:
-    """The gradient of A @ B w.r.t. A's values, at A's stored entries (shaped like A.col)."""
-    return _backend(False, B.values, _grad_values(G)).spgemm_grad_a(A, B, G)
-
-
-def spgemm_grad_b(A: CSRView, B: CSRView, G) -> torch.Tensor:
-    """The gradient of A @ B w.r.t. B's values, at B's stored entries (shaped like B.col)."""
-    return _backend(False, A.values, _grad_values(G)).spgemm_grad_b(A, B, G)
+def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
+    """(grad_A, grad_B): the gradients of A @ B w.r.t. A's and B's values at their stored
+    entries (shaped like A.col and B.col), None where not needed."""
+    return _backend(False, A.values, B.values, _grad_values(G)).spgemm_grad(A, B, G, need_a, need_b)
 
 
 def _grad_values(G) -> torch.Tensor:

@@ -139,24 +139,16 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     return ptr, index, values
 
 
-def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:
-    """The gradient of A @ B w.r.t. A's values, shaped like A.col, for G = dL/dC a
-    CSRView (C's shape, any pattern) or a dense tensor (csrc/spgemm_grad_a.c)."""
+def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
+    """(grad_A, grad_B): the gradients of A @ B w.r.t. A's and B's values, shaped like
+    A.col and B.col (None where not needed), for G = dL/dC a CSRView (C's shape, any
+    pattern) or a dense tensor; both from one walk over the products (csrc/spgemm_grad.c)."""
     A, B, G = _one_index_dtype(A, B, G)
-    g = torch.empty(A.col.shape, dtype=B.values.dtype)
-    _C.spgemm_grad_a(A.ptr, A.col, B.ptr, B.col, plain(B.values), A.batch, A.nrows, A.ncols, B.ncols,
-                     *_grad_arrays(G), g, torch.get_num_threads())
-    return g
-
-
-def spgemm_grad_b(A: CSRView, B: CSRView, G) -> torch.Tensor:
-    """The gradient of A @ B w.r.t. B's values, shaped like B.col (csrc/spgemm_grad_b.c,
-    on A's transposed pattern)."""
-    A, B, G = _one_index_dtype(A, B, G)
-    g = torch.empty(B.col.shape, dtype=A.values.dtype)
-    _C.spgemm_grad_b(A.ptr, A.col, plain(A.values), *transpose_pattern(A), B.ptr, B.col, A.batch, A.nrows,
-                     A.ncols, B.ncols, *_grad_arrays(G), g, torch.get_num_threads())
-    return g
+    ga = torch.empty(A.col.shape, dtype=A.values.dtype) if need_a else None
+    gb = torch.empty(B.col.shape, dtype=A.values.dtype) if need_b else None
+    _C.spgemm_grad(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), A.batch, A.nrows, A.ncols,
+                   B.ncols, *_grad_arrays(G), ga, gb, torch.get_num_threads())
+    return ga, gb
 
 
 def _grad_arrays(G):

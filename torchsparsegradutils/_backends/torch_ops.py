@@ -216,24 +216,21 @@ def _grad_at(G, row: torch.Tensor, col: torch.Tensor, m: int) -> torch.Tensor:
     return torch.where(stored[at] == wanted, G.values.reshape(-1)[at], G.values.new_zeros(()))
 
 
-def spgemm_grad_a(A: CSRView, B: CSRView, G) -> torch.Tensor:
-    """The gradient of A @ B w.r.t. A's values, shaped like A.col."""
+def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
+    """(grad_A, grad_B) of A @ B w.r.t. A's and B's values, shaped like A.col and B.col
+    (None where not needed)."""
     e, f, row, col = _product_pairs(A, B)
-    b = B.values.reshape(-1)
-    wide = torch.float32 if b.dtype in _HALF else b.dtype
-    g = torch.zeros(A.col.numel(), dtype=wide, device=b.device)
-    g.index_add_(0, e, b[f].to(wide) * _grad_at(G, row, col, B.ncols).to(wide))
-    return g.to(b.dtype).reshape(A.col.shape)
-
-
-def spgemm_grad_b(A: CSRView, B: CSRView, G) -> torch.Tensor:
-    """The gradient of A @ B w.r.t. B's values, shaped like B.col."""
-    e, f, row, col = _product_pairs(A, B)
-    a = A.values.reshape(-1)
+    a, b = A.values.reshape(-1), B.values.reshape(-1)
     wide = torch.float32 if a.dtype in _HALF else a.dtype
-    g = torch.zeros(B.col.numel(), dtype=wide, device=a.device)
-    g.index_add_(0, f, a[e].to(wide) * _grad_at(G, row, col, B.ncols).to(wide))
-    return g.to(a.dtype).reshape(B.col.shape)
+    g = _grad_at(G, row, col, B.ncols).to(wide)
+    ga = gb = None
+    if need_a:
+        ga = torch.zeros(a.numel(), dtype=wide, device=a.device).index_add_(0, e, b[f].to(wide) * g)
+        ga = ga.to(a.dtype).reshape(A.col.shape)
+    if need_b:
+        gb = torch.zeros(b.numel(), dtype=wide, device=a.device).index_add_(0, f, a[e].to(wide) * g)
+        gb = gb.to(a.dtype).reshape(B.col.shape)
+    return ga, gb
 
 
 def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
