@@ -95,3 +95,116 @@ def test_backends_are_reached_through_the_route():
     backends = {f"{PKG}._backends.{b}" for b in ("cpu", "cuda", "torch_ops")}
     users = {a for a, deps in GRAPH.items() if deps & backends} - {f"{PKG}._backends"} - backends
     assert users == set()
+
+
+# ------------------------------------------------------- one call down the layers, each module once
+def _trace(call):
+    """What call() runs in the package: every call stack, as the package modules it
+    passes through (a run of frames of one module is one pass; eager_only's wrapper, a
+    decorator frame of _core.validate, is transparent), each ending with the _C entry
+    point it calls, if any; and how many times each module is entered from another."""
+    import collections
+    import sys
+    import threading
+
+    from torchsparsegradutils._core.validate import eager_only
+    wrappers = {getattr(eager_only(lambda: None), "__code__", None)}
+    chains, entries = set(), collections.Counter()
+
+    def chain_of(frame):
+        mods = []
+        while frame is not None:
+            m = frame.f_globals.get("__name__", "")
+            if frame.f_code not in wrappers and m.startswith(PKG) and (not mods or mods[-1] != m):
+                mods.append(m)
+            frame = frame.f_back
+        return tuple(reversed(mods))
+
+    def profile(frame, event, arg):
+        if event == "call":
+            chain = chain_of(frame)
+            chains.add(chain)
+            m = frame.f_globals.get("__name__", "")
+            if frame.f_code not in wrappers and m.startswith(PKG) and chain_of(frame.f_back)[-1:] != (m,):
+                entries[m] += 1
+            if m == f"{PKG}._backends" and frame.f_code.co_name == "_backend":
+                entries["route choices"] += 1
+        elif event == "c_call" and getattr(arg, "__module__", None) == f"{PKG}._C":
+            chains.add(chain_of(frame) + (f"{PKG}._C.{arg.__name__}",))
+            entries[f"{PKG}._C"] += 1
+            if frame.f_globals.get("__name__") == f"{PKG}._backends.cpu":
+                entries["kernel calls"] += 1
+
+    sys.setprofile(profile)
+    threading.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    return {c for c in chains if c}, entries
+
+
+def _one_call_cases():
+    import torch
+    import torchsparsegradutils as tsgu
+    g = torch.Generator().manual_seed(0)
+    D = torch.rand(30, 20, generator=g, dtype=torch.float64) * (torch.rand(30, 20, generator=g) < 0.2)
+    B = torch.randn(20, 4, generator=g, dtype=torch.float64)
+    L = (D[:20].tril() + torch.eye(20, dtype=torch.float64)).to_sparse_csr()
+    a, W = torch.randn(6, 20, dtype=torch.float64), torch.randn(3, 20, 4, dtype=torch.float64)
+
+    def backward(f, *leaves):
+        leaves = [t.detach().requires_grad_() for t in leaves]
+        return lambda: f(*leaves).sum().backward()
+
+    S = tsgu.SparseCSR.from_torch(D.to_sparse_csr())
+    return {
+        "sparse_mm CSR, no grad": lambda: tsgu.sparse_mm(D.to_sparse_csr(), B),
+        "sparse_mm COO, no grad": lambda: tsgu.sparse_mm(D.to_sparse(), B),
+        "sparse_mm SparseCSR, no grad": lambda: tsgu.sparse_mm(S, B),
+        "sparse_mm CSR mean, no grad": lambda: tsgu.sparse_mm(D.to_sparse_csr(), B, "mean"),
+        "sparse_triangular_solve, no grad": lambda: tsgu.sparse_triangular_solve(L, B, upper=False),
+        "sparse_triangular_solve SparseCSR, no grad":
+            lambda: tsgu.sparse_triangular_solve(tsgu.SparseCSR.from_torch(L), B, upper=False),
+        "sparse_logsumexp, no grad": lambda: tsgu.sparse_logsumexp(D.to_sparse_csr(), 1),
+        "sparse_mm CSR": backward(tsgu.sparse_mm, D.to_sparse_csr(), B),
+        "sparse_mm COO": backward(tsgu.sparse_mm, D.to_sparse(), B),
+        "sparse_mm COO amax": backward(lambda A, B: tsgu.sparse_mm(A, B, "amax"), D.to_sparse(), B),
+        "sparse_mm SparseCSR": backward(lambda v, B: tsgu.sparse_mm(S._replace(values=v), B), S.values, B),
+        "sparse_triangular_solve": backward(lambda A, B: tsgu.sparse_triangular_solve(A, B, upper=False), L, B),
+        "sparse_logsumexp": backward(lambda A: tsgu.sparse_logsumexp(A, 1), D.to_sparse()),
+        "gather_mm": backward(lambda a, W: tsgu.gather_mm(a, W, torch.tensor([0, 2, 1, 0, 2, 2])), a, W),
+    }
+
+
+@pytest.mark.parametrize("name", list(_one_call_cases()))
+def test_one_call_passes_each_module_once(name):
+    """From the public op to the C kernels, forward and backward: no module is entered
+    twice on one call stack, and each kernel call passes the route (_backends), which
+    chooses once, and its wrapper (_backends.cpu) once: the review found one sparse_mm
+    entering _kernels.py 7 times and _csr.py 5 times."""
+    chains, entries = _trace(_one_call_cases()[name])
+    assert any(c[-1].startswith(f"{PKG}._C.") and f"{PKG}._backends.cpu" in c for c in chains), \
+        "the trace reached no kernel through _backends.cpu"
+    twice = sorted(" -> ".join(c) for c in chains if len(set(c)) != len(c))
+    assert twice == []
+    # once per kernel call: into _backends, into _backends.cpu, and the route's choice
+    # (spmm_tensor of a CSR A once chose it twice)
+    calls = entries["kernel calls"]
+    assert entries[f"{PKG}._backends.cpu"] <= calls and entries[f"{PKG}._backends"] <= calls, dict(entries)
+    assert entries["route choices"] <= calls, dict(entries)
+
+
+def test_layout_docs_name_every_module_of_the_layers():
+    """README's Layout table and docs/design.md name each module of _core and _backends
+    (design.md once left out _core/torch_sparse.py)."""
+    repo = ROOT.parent
+    docs = {"README.md": repo / "README.md", "docs/design.md": repo / "docs" / "design.md"}
+    if not all(p.exists() for p in docs.values()):
+        pytest.skip("not a source checkout")
+    layers = sorted(p.name for d in ("_core", "_backends") for p in (ROOT / d).glob("*.py") if p.name != "__init__.py")
+    readme = docs["README.md"].read_text()
+    texts = {"README.md": readme[readme.index("## Layout"):], "docs/design.md": docs["docs/design.md"].read_text()}
+    missing = {name: [m for m in layers if m not in text] for name, text in texts.items()}
+    assert missing == {name: [] for name in texts}

@@ -155,9 +155,11 @@ def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shap
 def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape) -> torch.Tensor:
     """spmm of a torch sparse A of shape `shape` where no graph is recorded: on the cpu
     route on A's own arrays (a COO one's row pointers built in the kernel's call)."""
-    if _backend(True, A, B) is cpu:
+    if _backend(True, A, B) is cpu:            # the route, chosen once for the call
         if A.layout is torch.sparse_csr:
-            return spmm_arrays(A.crow_indices(), A.col_indices(), A.values(), shape, B)
+            return cpu.spmm_arrays(kernel_array(A.crow_indices()), kernel_array(A.col_indices()),
+                                   kernel_array(A.values()), shape[0] if len(shape) == 3 else 1, shape[-2],
+                                   shape[-1], B)
         C = cpu.spmm_coo(A._indices(), A._values(), shape, B)
         if C is not None:
             return C
