@@ -251,7 +251,8 @@ def _prepare_spgemm(method: str, params: dict, inp: dict):
         import torchsparsegradutils as tsgu
         return H.Prepared(leaves, lambda A, B: tsgu.sparse_mm(A, B).values(), values)
     if method == "torch COO":
-        return H.Prepared(leaves, lambda A, B: torch.sparse.mm(A, B).values(), values)
+        return H.Prepared(leaves, lambda A, B: torch.sparse.mm(A, B).values(), values,
+                          bwd_skip=params.get("torch_coo_backward_skip"))
     if method == "torch CSR":
         return H.Prepared([X.detach() for X in leaves], lambda A, B: torch.sparse.mm(A, B).values(), values,
                           bwd_skip="PyTorch's CSR @ CSR has no backward", info={"unordered": True})

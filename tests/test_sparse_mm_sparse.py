@@ -372,6 +372,54 @@ def test_fullgraph_compile_of_a_sparse_csr_model():
         torch.testing.assert_close(gc, ge)
 
 
+# ------------------------------------------------------------------ the README's table
+TABLE_ROWS = ["coo-coo-2d", "csr-csr-2d", "coo-csr-2d", "csr-coo-2d", "coo-coo-batched", "csr-csr-batched"]
+
+
+@pytest.mark.parametrize("row", TABLE_ROWS)
+def test_readme_table_sparse_rows(row):
+    """The sparse-B rows of the README's table of what torch.sparse.mm takes: PyTorch's
+    behaviour as the row states it, and ours (values and gradients) against dense autograd."""
+    la, lb, dims = row.split("-")
+    DA, DB = pair(6, 5, 4, batch=2 if dims == "batched" else None, key=10)
+    make = {"coo": lambda D: D.to_sparse(), "csr": lambda D: D.to_sparse_csr()}
+    A, B = make[la](DA).requires_grad_(), make[lb](DB).requires_grad_()
+    if row == "coo-coo-2d":                                  # PyTorch: works, gradients too
+        torch.sparse.mm(A, B).to_dense().sum().backward()
+        assert A.grad is not None and B.grad is not None
+        A.grad = B.grad = None
+    elif row == "csr-csr-2d":                                # PyTorch: forward only
+        C = torch.sparse.mm(A, B)
+        torch.testing.assert_close(C.to_dense(), DA @ DB)
+        with pytest.raises(RuntimeError, match="unsupported combination of layouts"):
+            C.to_dense().sum().backward()
+    else:                                                    # PyTorch: mixed layouts or batches refused
+        with pytest.raises(RuntimeError):
+            torch.sparse.mm(A, B)
+    C = sparse_mm(A, B)
+    G = torch.randn(C.shape, dtype=torch.float64, generator=seeded("table", row))
+    (dense_product(C) * G).sum().backward()
+    want_a, want_b = _reference_grads(DA, DB, G)
+    torch.testing.assert_close(dense_product(C).detach(), DA @ DB, **TOL[torch.float64])
+    torch.testing.assert_close(A.grad.to_dense(), want_a, **TOL[torch.float64])
+    torch.testing.assert_close(B.grad.to_dense() if B.grad.dim() == 2 or B.grad.layout == torch.sparse_coo
+                               else dense_product(B.grad), want_b, **TOL[torch.float64])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_readme_table_cuda_row():
+    """CUDA: PyTorch's COO @ COO works; ours takes the torch-ops route (index pairs)."""
+    DA, DB = pair(key=11)
+    A, B = DA.cuda().to_sparse().requires_grad_(), DB.cuda().to_sparse().requires_grad_()
+    C = sparse_mm(A, B)
+    torch.testing.assert_close(C.to_dense().cpu(), torch.sparse.mm(A, B).to_dense().cpu(), **TOL[torch.float64])
+    G = torch.randn(C.shape, dtype=torch.float64, device="cuda")
+    (C.to_dense() * G).sum().backward()
+    want_a, want_b = _reference_grads(DA, DB, G.cpu())
+    torch.testing.assert_close(A.grad.to_dense().cpu(), want_a, **TOL[torch.float64])
+    torch.testing.assert_close(B.grad.to_dense().cpu(), want_b, **TOL[torch.float64])
+
+
 # ------------------------------------------------------------------ errors
 def test_errors():
     A = torch.eye(3).to_sparse()
