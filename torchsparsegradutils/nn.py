@@ -1,12 +1,19 @@
-"""Layers on sparse_mm: a linear layer with a fixed sparsity pattern, and a graph convolution.
+"""Layers on sparse_mm: a linear layer with a fixed sparsity pattern, and graph convolutions
+(GCN, GraphSAGE).
 
-Both hold their sparse matrix as a :class:`~torchsparsegradutils.SparseCSR` (index buffers
+Each takes its input features ``x`` dense, as a torch sparse tensor (COO or CSR) or as a
+:class:`~torchsparsegradutils.SparseCSR`: a sparse ``x`` is multiplied by the weight with
+``sparse_mm`` (``x`` is never densified, except for ``SAGEConv(aggr="max")``'s
+aggregation), and ``x``'s own gradient, where it requires one, stays on its pattern.
+
+The layers hold their sparse matrix as a :class:`~torchsparsegradutils.SparseCSR` (index buffers
 plus a values tensor), so they move with ``.to(device)``, save with ``state_dict`` and
 compile with ``torch.compile(fullgraph=True)``; gradients reach only the stored values.
 """
-from typing import Optional
+from typing import Optional, Tuple, Union
 
 import torch
+import torch.nn.functional as F
 
 from ._core.intake import checked_view, coo_structure
 from ._core.sparse_csr import SparseCSR
@@ -81,12 +88,37 @@ class SparseLinear(torch.nn.Module):
         """W as a SparseCSR on the layer's values (differentiable in them)."""
         return SparseCSR(self.crow_indices, self.col_indices, self.values, (self.out_features, self.in_features))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x) -> torch.Tensor:
+        if _is_sparse(x):
+            y = self._sparse_forward(x)
+            return y + self.bias if self.bias is not None else y
         lead = x.shape[:-1]
         y = sparse_mm(self.weight, x.reshape(-1, self.in_features).t()).t()   # (W x^T)^T
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
+
+    def _sparse_forward(self, x) -> torch.Tensor:
+        """x W^T for a sparse x (n, in): the sparse @ sparse product of x and W^T (W^T's
+        values gathered from self.values through a permutation computed once per pattern),
+        written into the dense (n, out) result (only its stored entries are touched)."""
+        _check_sparse_features(x, self.in_features)
+        perm, crow_t, col_t = self._transpose_structure()
+        Wt = SparseCSR(crow_t, col_t, self.values[perm], (self.in_features, self.out_features))
+        return _csr_to_dense(sparse_mm(x, Wt))
+
+    def _transpose_structure(self):
+        """(perm, crow, col) of W^T's CSR structure: W^T's entry k is W's entry perm[k];
+        cached while the pattern buffers (identity, version, device) stay the same."""
+        crow, col = self.crow_indices, self.col_indices
+        key = (crow.data_ptr(), col.data_ptr(), crow._version, col._version, crow.device, col.shape[0])
+        cache = getattr(self, "_transpose_cache", None)
+        if cache is None or cache[0] != key:
+            rows = entry_rows(crow)
+            order = torch.sort(col, stable=True).indices          # row-major within each column
+            crow_t = _compress_row_indices(col[order], self.in_features)
+            cache = self._transpose_cache = (key, (order, crow_t, rows[order]))
+        return cache[1]
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs):
@@ -133,11 +165,7 @@ def gcn_norm(edge_index: torch.Tensor, num_nodes: int, edge_weight: Optional[tor
     tensor([[0.5000, 0.5000],
             [0.5000, 0.5000]])
     """
-    if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
-        got = tuple(edge_index.shape) if isinstance(edge_index, torch.Tensor) else type(edge_index).__name__
-        raise ValueError(f"edge_index must have shape (2, E), got {got}")
-    if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or edge_index.dtype == torch.bool:
-        raise TypeError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
+    _check_edge_index(edge_index)
     if num_nodes < 0:
         raise ValueError(f"num_nodes must be non-negative, got {num_nodes}")
     device, E = edge_index.device, edge_index.shape[1]
@@ -172,7 +200,8 @@ class GCNConv(torch.nn.Module):
     misses, through ``.numpy()`` or ``.data``, is seen), for the same number of nodes,
     dtype and device (after ``.double()`` or ``.to(device)`` it is built again), or as a
     ready :class:`SparseCSR` (what ``torch.compile(fullgraph=True)`` should be given:
-    build it once with :func:`gcn_norm`).
+    build it once with :func:`gcn_norm`).  ``x`` may be sparse (see the module notes):
+    ``X W`` is then ``sparse_mm(x, W^T)``.
 
     >>> conv = GCNConv(3, 2)
     >>> conv(torch.randn(4, 3), torch.tensor([[0, 1, 2], [1, 2, 3]])).shape
@@ -195,9 +224,9 @@ class GCNConv(torch.nn.Module):
             self._cache = cache = (key, edge_index.clone(), S)
         return cache[2]
 
-    def forward(self, x: torch.Tensor, adjacency) -> torch.Tensor:
+    def forward(self, x, adjacency) -> torch.Tensor:
         A = adjacency if isinstance(adjacency, SparseCSR) else self.adjacency(adjacency, x.shape[0])
-        out = sparse_mm(A, self.lin(x))
+        out = sparse_mm(A, _linear(x, self.lin.weight))
         return out + self.bias if self.bias is not None else out
 
 
@@ -205,3 +234,205 @@ def _same_contents(a: torch.Tensor, b) -> bool:
     """Is b a tensor equal to a: same shape, dtype, device and values?"""
     return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype and a.device == b.device \
         and torch.equal(a, b)
+
+
+_SAGE_AGGR = {"mean": "mean", "max": "amax", "sum": "sum"}     # aggr -> sparse_mm's reduce
+
+
+class SAGEConv(torch.nn.Module):
+    r"""GraphSAGE (Hamilton et al.), PyTorch Geometric's ``SAGEConv``:
+    ``x'_i = W_l · aggr_{j in N(i)} x_j + b + W_r · x_i``, then, with ``normalize=True``,
+    each output row divided by its L2 norm.
+
+    ``aggr`` is ``"mean"``, ``"max"`` or ``"sum"`` over the in-neighbours ``j -> i``
+    (``edge_index[0]`` the sources, ``edge_index[1]`` the targets, PyG's direction); a node
+    without neighbours aggregates to 0.  The parameters are PyG's: ``lin_l`` (with the
+    bias) and ``lin_r`` (no bias; absent when ``root_weight=False``), both
+    :class:`torch.nn.Linear`, so a PyG ``SAGEConv``'s ``state_dict`` loads as it is.
+    ``in_channels`` may be a pair ``(source, target)`` widths, and ``x`` a pair
+    ``(x_source, x_target)`` for a bipartite graph, as in PyG.
+
+    ``forward(x, adjacency)`` takes an ``edge_index`` (2, E), built into the
+    ``(n_target, n_source)`` adjacency on first use and cached as :class:`GCNConv`'s is
+    (while an ``edge_index`` of the same contents comes back, for the same node counts,
+    dtype and device).  Built from ``edge_index`` the aggregation is PyG's, repeated edges
+    included: ``"sum"`` and ``"mean"`` count an edge given twice twice (``"mean"`` divides
+    by the number of edges into ``i``), ``"max"`` sees it once.  ``adjacency`` may also
+    be a ready :class:`SparseCSR` (or torch sparse tensor) ``A``, what a compiled model
+    should get: then the aggregation is ``sparse_mm(A, x, reduce)`` with reduce
+    ``"mean"``, ``"amax"`` or ``"sum"``, ``A``'s values weighting the messages and
+    ``"mean"`` dividing by the row's number of stored entries (give ones as values, and no
+    repeated entries, for PyG's result).
+
+    ``x`` may be dense, a torch sparse tensor or a :class:`SparseCSR` (module notes).
+    For ``"mean"`` and ``"sum"`` the layer multiplies by the weights first when that is
+    cheaper (always for a sparse ``x``: one ``sparse_mm(x, [W_l; W_r]^T)``), then
+    aggregates the ``out_channels``-wide rows; ``"max"`` aggregates ``x`` itself (a
+    sparse ``x`` is made dense for it).
+
+    >>> _ = torch.manual_seed(0)
+    >>> conv = SAGEConv(3, 2, aggr="max")
+    >>> conv(torch.randn(4, 3), torch.tensor([[0, 1, 2], [1, 2, 3]])).shape
+    torch.Size([4, 2])
+    >>> sorted(conv.state_dict())
+    ['lin_l.bias', 'lin_l.weight', 'lin_r.weight']
+    """
+
+    def __init__(self, in_channels: Union[int, Tuple[int, int]], out_channels: int, aggr: str = "mean",
+                 root_weight: bool = True, bias: bool = True, normalize: bool = False):
+        super().__init__()
+        if not isinstance(aggr, str) or aggr not in _SAGE_AGGR:
+            raise ValueError(f"aggr must be one of 'mean', 'max', 'sum', got {aggr!r}")
+        src, dst = (in_channels, in_channels) if isinstance(in_channels, int) else tuple(in_channels)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.aggr, self.root_weight, self.normalize = aggr, root_weight, normalize
+        self.lin_l = torch.nn.Linear(src, out_channels, bias=bias)
+        self.lin_r = torch.nn.Linear(dst, out_channels, bias=False) if root_weight else None
+        self._cache = None            # (key, copy of edge_index, SparseCSR, reduce)
+
+    def reset_parameters(self) -> None:
+        self.lin_l.reset_parameters()
+        if self.lin_r is not None:
+            self.lin_r.reset_parameters()
+
+    def adjacency(self, edge_index: torch.Tensor, num_nodes: Union[int, Tuple[int, int]]):
+        """``(A, reduce)``: the ``(n_target, n_source)`` aggregation matrix of edge_index
+        (``num_nodes`` an int, or the pair ``(n_source, n_target)``) and the
+        ``sparse_mm`` reduction that gives ``aggr``; cached (see the class notes)."""
+        n_src, n_dst = (num_nodes, num_nodes) if isinstance(num_nodes, int) else num_nodes
+        weight = self.lin_l.weight
+        key = (n_src, n_dst, weight.dtype, weight.device, self.aggr)
+        cache = self._cache
+        if cache is None or cache[0] != key or not _same_contents(cache[1], edge_index):
+            S, reduce = sage_adjacency(edge_index, (n_src, n_dst), self.aggr, dtype=weight.dtype)
+            if S.device != weight.device:
+                S = SparseCSR(*(t.to(weight.device) for t in S[:3]), S.size)
+            self._cache = cache = (key, edge_index.clone(), S, reduce)
+        return cache[2], cache[3]
+
+    def forward(self, x, adjacency) -> torch.Tensor:
+        x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
+        for t in (x_src, x_dst):
+            if t is not None:
+                _check_features(t, "x")
+        if isinstance(adjacency, SparseCSR) or (isinstance(adjacency, torch.Tensor) and
+                                               adjacency.layout in (torch.sparse_coo, torch.sparse_csr)):
+            A, reduce = adjacency, _SAGE_AGGR[self.aggr]
+        else:
+            n_dst = x_dst.shape[0] if x_dst is not None else None
+            if n_dst is None:
+                raise ValueError("with x = (x_source, None), give the adjacency as a SparseCSR of shape "
+                                 "(n_target, n_source)")
+            A, reduce = self.adjacency(adjacency, (x_src.shape[0], n_dst))
+        root = self.lin_r is not None and x_dst is not None
+        if root and A.shape[-2] != x_dst.shape[0]:
+            raise ValueError(f"the adjacency has {A.shape[-2]} target rows but x has {x_dst.shape[0]} target "
+                             f"nodes (x_i is needed for the root weight)")
+        Wl = self.lin_l.weight
+        transform_first = self.aggr != "max" and (_is_sparse(x_src) or self.out_channels <= Wl.shape[1])
+        if transform_first:
+            if root and x_src is x_dst:          # one product with both weights: [W_l; W_r]
+                H = _linear(x_src, torch.cat([Wl, self.lin_r.weight]))
+                out = sparse_mm(A, H[:, :self.out_channels], reduce) + H[:, self.out_channels:]
+                root = False
+            else:
+                out = sparse_mm(A, _linear(x_src, Wl), reduce)
+        else:
+            xs = _to_dense_features(x_src) if _is_sparse(x_src) else x_src
+            out = F.linear(sparse_mm(A, xs, reduce), Wl)
+        if root:
+            out = out + _linear(x_dst, self.lin_r.weight)
+        if self.lin_l.bias is not None:
+            out = out + self.lin_l.bias
+        return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, aggr={self.aggr!r}, root_weight={self.root_weight}, "
+                f"bias={self.lin_l.bias is not None}, normalize={self.normalize}")
+
+
+def sage_adjacency(edge_index: torch.Tensor, num_nodes: Union[int, Tuple[int, int]], aggr: str = "mean",
+                   dtype: torch.dtype = torch.float32):
+    r"""``(A, reduce)`` with ``sparse_mm(A, x, reduce)`` PyG's GraphSAGE aggregation of
+    ``x`` over ``edge_index`` (2, E), messages from ``edge_index[0]`` to ``edge_index[1]``.
+
+    ``A`` is the ``(n_target, n_source)`` SparseCSR (``num_nodes`` an int or the pair
+    ``(n_source, n_target)``), repeated edges merged: for ``"sum"`` its values are the
+    edge counts (reduce ``"sum"``); for ``"mean"`` the counts divided by the row's total
+    (reduce ``"sum"``: a repeated edge counts as often as it is given, as in PyG); for
+    ``"max"`` ones (reduce ``"amax"``).  ``ValueError`` for a malformed ``edge_index`` or
+    ``aggr``.
+
+    >>> A, reduce = sage_adjacency(torch.tensor([[0, 0, 2], [1, 1, 1]]), 3, "mean")
+    >>> A.to_torch().to_dense(), reduce
+    (tensor([[0.0000, 0.0000, 0.0000],
+            [0.6667, 0.0000, 0.3333],
+            [0.0000, 0.0000, 0.0000]]), 'sum')
+    """
+    if not isinstance(aggr, str) or aggr not in _SAGE_AGGR:
+        raise ValueError(f"aggr must be one of 'mean', 'max', 'sum', got {aggr!r}")
+    _check_edge_index(edge_index)
+    n_src, n_dst = (num_nodes, num_nodes) if isinstance(num_nodes, int) else num_nodes
+    if n_src < 0 or n_dst < 0:
+        raise ValueError(f"num_nodes must be non-negative, got {num_nodes}")
+    device = edge_index.device
+    s = coo_structure(edge_index.flip(0).long().contiguous(), (n_dst, n_src))   # ValueError: id out of range
+    rows, cols = s.indices
+    if aggr == "max":
+        return SparseCSR(s.ptr, cols, torch.ones(rows.shape[0], dtype=dtype, device=device), (n_dst, n_src)), "amax"
+    counts = s.values_of(torch.ones(edge_index.shape[1], dtype=dtype, device=device))
+    if aggr == "mean":
+        deg = counts.new_zeros(n_dst).index_add(0, rows, counts)
+        counts = counts / deg[rows]
+    return SparseCSR(s.ptr, cols, counts, (n_dst, n_src)), "sum"
+
+
+# ---------------------------------------------------------------- shared pieces
+def _check_edge_index(edge_index) -> None:
+    if not isinstance(edge_index, torch.Tensor) or edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        got = tuple(edge_index.shape) if isinstance(edge_index, torch.Tensor) else type(edge_index).__name__
+        raise ValueError(f"edge_index must have shape (2, E), got {got}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or edge_index.dtype == torch.bool:
+        raise TypeError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
+
+
+def _is_sparse(x) -> bool:
+    return isinstance(x, SparseCSR) or (isinstance(x, torch.Tensor) and x.layout in (torch.sparse_coo,
+                                                                                   torch.sparse_csr))
+
+
+def _check_features(x, name: str) -> None:
+    if not (isinstance(x, (torch.Tensor, SparseCSR))):
+        raise ValueError(f"{name} must be a tensor or a SparseCSR, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must be 2-D (nodes, features), got shape {tuple(x.shape)}")
+
+
+def _check_sparse_features(x, in_features: int) -> None:
+    if x.dim() != 2 or x.shape[1] != in_features:
+        raise ValueError(f"a sparse x must have shape (n, {in_features}), got {tuple(x.shape)}")
+
+
+def _linear(x, weight: torch.Tensor) -> torch.Tensor:
+    """x W^T (no bias) for a dense or sparse x (n, in) and a dense W (out, in).  For a
+    sparse x it is sparse_mm(x, W^T): grad_W = (x^T G)^T through its backward, x's
+    gradient on x's pattern; the kernels read W^T's rows with unit stride, so W^T is
+    laid out once (out x in numbers: the weight's size, not the graph's)."""
+    if not _is_sparse(x):
+        return F.linear(x, weight)
+    _check_sparse_features(x, weight.shape[1])
+    return sparse_mm(x, weight.t())
+
+
+def _csr_to_dense(S: SparseCSR) -> torch.Tensor:
+    """The dense matrix of a 2-D SparseCSR, differentiable in its values (the backward
+    gathers at the stored entries: no dense mask)."""
+    rows = entry_rows(S.crow_indices)
+    out = S.values.new_zeros(S.size)
+    return out.index_put((rows, S.col_indices.long()), S.values, accumulate=True)
+
+
+def _to_dense_features(x) -> torch.Tensor:
+    if isinstance(x, SparseCSR):
+        return _csr_to_dense(x)
+    return x.to_dense()
