@@ -1,13 +1,14 @@
-"""torchsparsegradutils.nn: SparseLinear and GCNConv against dense references."""
+"""torchsparsegradutils.nn: SparseLinear, GCNConv and SAGEConv against dense references (and
+SAGEConv against PyTorch Geometric's where it is installed); sparse input features."""
 import io
 
 import pytest
 import torch
 
-from conftest import child_outcomes
+from conftest import child_outcomes, seeded
 
 from torchsparsegradutils import SparseCSR
-from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_norm
+from torchsparsegradutils.nn import GCNConv, SAGEConv, SparseLinear, gcn_norm, sage_adjacency
 
 
 def _dense_weight(layer: SparseLinear) -> torch.Tensor:
@@ -267,3 +268,298 @@ def test_sparse_linear_after_double_and_a_state_dict_round_trip():
     other = SparseLinear(7, 3, pattern=layer.weight.to_torch(), dtype=torch.float64)
     other.load_state_dict(layer.state_dict())
     torch.testing.assert_close(other(x), layer(x))
+
+
+# ---------------------------------------------------------------- SAGEConv
+# 6 nodes: (0 -> 1) given twice, a self loop on 2, node 4 has no in-neighbours, node 5 none at all
+SAGE_EDGES = torch.tensor([[0, 1, 2, 3, 3, 0, 2, 2, 5], [1, 2, 3, 0, 1, 1, 2, 1, 3]])
+SAGE_AGGRS = ["mean", "max", "sum"]
+
+
+def _dense_sage(x_src, x_dst, edge_index, aggr, Wl, b, Wr, normalize):
+    """PyG's SAGEConv by scatter over the edges (each listed edge a message)."""
+    src, dst = edge_index[0], edge_index[1]
+    msg = x_src[src]
+    n = x_dst.shape[0]
+    if aggr == "max":
+        agg = x_src.new_zeros(n, x_src.shape[1]).scatter_reduce(
+            0, dst[:, None].expand_as(msg), msg, "amax", include_self=False)
+    else:
+        agg = x_src.new_zeros(n, x_src.shape[1]).index_add(0, dst, msg)
+        if aggr == "mean":
+            agg = agg / torch.bincount(dst, minlength=n).clamp(min=1)[:, None].to(x_src.dtype)
+    out = agg @ Wl.t()
+    if b is not None:
+        out = out + b
+    if Wr is not None:
+        out = out + x_dst @ Wr.t()
+    return torch.nn.functional.normalize(out, dim=-1) if normalize else out
+
+
+def _grads(out, inputs, G):
+    return torch.autograd.grad(out, inputs, G)
+
+
+@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+@pytest.mark.parametrize("root_weight, bias, normalize", [(True, True, False), (True, True, True),
+                                                          (False, True, False), (True, False, False)])
+@pytest.mark.parametrize("channels", [(5, 3), (3, 5)])     # weights first / aggregation first
+def test_sage_conv_matches_dense_reference(aggr, root_weight, bias, normalize, channels):
+    gen = seeded("sage", aggr, root_weight, bias, normalize, channels)
+    i, o = channels
+    conv = SAGEConv(i, o, aggr=aggr, root_weight=root_weight, bias=bias, normalize=normalize).double()
+    x = torch.randn(6, i, dtype=torch.float64, generator=gen, requires_grad=True)
+    params = [conv.lin_l.weight] + ([conv.lin_l.bias] if bias else []) + ([conv.lin_r.weight] if root_weight else [])
+    out = conv(x, SAGE_EDGES)
+    ref = _dense_sage(x, x, SAGE_EDGES, aggr, conv.lin_l.weight, conv.lin_l.bias,
+                      conv.lin_r.weight if root_weight else None, normalize)
+    torch.testing.assert_close(out, ref)
+    G = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    for g, r in zip(_grads(out, [x, *params], G), _grads(ref, [x, *params], G)):
+        torch.testing.assert_close(g, r)
+
+
+@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+def test_sage_conv_node_without_neighbours(aggr):
+    """Node 4 has no in-neighbours: its aggregation is 0, so its output is W_r x_4 + b."""
+    conv = SAGEConv(3, 2, aggr=aggr).double()
+    x = torch.randn(6, 3, dtype=torch.float64) + 5          # positive: "max" of nothing must not be > 0
+    out = conv(x, SAGE_EDGES)
+    torch.testing.assert_close(out[4], conv.lin_r(x[4]) + conv.lin_l.bias)
+    no_root = SAGEConv(3, 2, aggr=aggr, root_weight=False, bias=False)
+    assert torch.equal(no_root(x.float(), SAGE_EDGES)[4], torch.zeros(2))
+
+
+@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+def test_sage_conv_matches_pyg(aggr):
+    """The same weights in PyG's SAGEConv (its state_dict loaded as it is): the same output
+    and gradients, with a repeated edge, a self loop and nodes without neighbours."""
+    gnn = pytest.importorskip("torch_geometric.nn")
+    for normalize in (False, True):
+        for i, o in ((5, 3), (3, 5)):
+            torch.manual_seed(0)
+            theirs = gnn.SAGEConv(i, o, aggr=aggr, normalize=normalize).double()
+            ours = SAGEConv(i, o, aggr=aggr, normalize=normalize).double()
+            ours.load_state_dict(theirs.state_dict())
+            x = torch.randn(6, i, dtype=torch.float64, requires_grad=True)
+            a, b = theirs(x, SAGE_EDGES), ours(x, SAGE_EDGES)
+            torch.testing.assert_close(b, a)
+            G = torch.randn_like(a)
+            for g, r in zip(_grads(b, [x, *ours.parameters()], G), _grads(a, [x, *theirs.parameters()], G)):
+                torch.testing.assert_close(g, r)
+            xs = x.detach().to_sparse()                      # sparse features, the same numbers
+            torch.testing.assert_close(ours(xs, SAGE_EDGES), a.detach())
+
+
+@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+def test_sage_conv_bipartite_matches_pyg(aggr):
+    gnn = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(0)
+    ei = torch.tensor([[0, 4, 2, 2, 1], [1, 0, 2, 1, 1]])       # 5 sources -> 3 targets
+    theirs = gnn.SAGEConv((4, 3), 2, aggr=aggr).double()
+    ours = SAGEConv((4, 3), 2, aggr=aggr).double()
+    ours.load_state_dict(theirs.state_dict())
+    xs, xt = torch.randn(5, 4, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64)
+    torch.testing.assert_close(ours((xs, xt), ei), theirs((xs, xt), ei))
+    ones = torch.sparse_coo_tensor(ei.flip(0), torch.ones(5, dtype=torch.float64), (3, 5)).coalesce()
+    torch.testing.assert_close(ours((xs, xt), SparseCSR.from_torch(ones)), theirs((xs, xt), ei))
+
+
+@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+def test_sage_conv_on_a_sparse_csr_adjacency(aggr):
+    """A SparseCSR (or torch sparse) adjacency: sparse_mm(A, x, reduce) with A's values as
+    weights.  Without repeated edges and with ones as values it is PyG's aggregation."""
+    ei = torch.tensor([[0, 1, 2, 3, 3, 2, 5], [1, 2, 3, 0, 1, 2, 3]])      # no repeats
+    n = 6
+    conv = SAGEConv(4, 3, aggr=aggr).double()
+    x = torch.randn(n, 4, dtype=torch.float64)
+    ones = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.shape[1], dtype=torch.float64), (n, n)).coalesce()
+    expected = conv(x, ei)
+    torch.testing.assert_close(conv(x, ones), expected)
+    torch.testing.assert_close(conv(x, ones.to_sparse_csr()), expected)
+    torch.testing.assert_close(conv(x, SparseCSR.from_torch(ones)), expected)
+    A, reduce = sage_adjacency(SAGE_EDGES, n, aggr, dtype=torch.float64)   # with the repeated edge
+    assert reduce in ("sum", "amax")
+    with pytest.raises(ValueError, match="target rows"):
+        conv(x[:5], SparseCSR.from_torch(ones))
+
+
+def test_sage_adjacency_counts_repeated_edges_as_pyg():
+    A, reduce = sage_adjacency(torch.tensor([[0, 0, 2], [1, 1, 1]]), 3, "mean", dtype=torch.float64)
+    assert reduce == "sum"
+    torch.testing.assert_close(A.to_torch().to_dense()[1], torch.tensor([2 / 3, 0, 1 / 3], dtype=torch.float64))
+    A, _ = sage_adjacency(torch.tensor([[0, 0, 2], [1, 1, 1]]), 3, "sum")
+    assert A.values.tolist() == [2.0, 1.0]
+    A, reduce = sage_adjacency(torch.tensor([[0, 0, 2], [1, 1, 1]]), 3, "max")
+    assert reduce == "amax" and A.values.tolist() == [1.0, 1.0]
+
+
+def test_sage_conv_caches_while_edge_index_is_unchanged():
+    conv = SAGEConv(2, 2)
+    edge_index = torch.tensor([[0, 1], [1, 2]])
+    first, _ = conv.adjacency(edge_index, 3)
+    assert conv.adjacency(edge_index, 3)[0] is first
+    assert conv.adjacency(edge_index.clone(), 3)[0] is first
+    x = torch.randn(3, 2)
+    before = conv(x, edge_index)
+    edge_index[0, 0] = 2                                           # edited in place: rebuilt
+    assert conv.adjacency(edge_index, 3)[0] is not first
+    torch.testing.assert_close(conv(x, edge_index), _dense_sage(x, x, edge_index, "mean", conv.lin_l.weight,
+                                                                conv.lin_l.bias, conv.lin_r.weight, False))
+    assert not torch.equal(conv(x, edge_index), before)
+    edge_index.numpy()[1, 1] = 0                                   # an edit the version counter misses
+    torch.testing.assert_close(conv(x, edge_index), _dense_sage(x, x, edge_index, "mean", conv.lin_l.weight,
+                                                                conv.lin_l.bias, conv.lin_r.weight, False))
+    assert conv.adjacency(edge_index, 4)[0] is not conv.adjacency(edge_index, 3)[0]
+
+
+def test_sage_conv_after_double_and_a_state_dict_round_trip():
+    torch.manual_seed(0)
+    conv = SAGEConv(4, 3, aggr="max")
+    x = torch.randn(6, 4)
+    conv(x, SAGE_EDGES)                                            # a float32 adjacency cached
+    conv = conv.double()
+    xd = x.double()
+    out = conv(xd, SAGE_EDGES)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, _dense_sage(xd, xd, SAGE_EDGES, "max", conv.lin_l.weight, conv.lin_l.bias,
+                                                conv.lin_r.weight, False))
+    other = SAGEConv(4, 3, aggr="max").double()
+    assert sorted(other.state_dict()) == ["lin_l.bias", "lin_l.weight", "lin_r.weight"]
+    buffer = io.BytesIO()
+    torch.save(conv.state_dict(), buffer)
+    buffer.seek(0)
+    other.load_state_dict(torch.load(buffer))
+    torch.testing.assert_close(other(xd, SAGE_EDGES), out)
+    assert "lin_r.weight" not in SAGEConv(4, 3, root_weight=False).state_dict()
+
+
+def test_sage_conv_errors():
+    for bad in ("max_pool", "lstm", "amax", None, ["mean"]):
+        with pytest.raises(ValueError, match="'mean', 'max', 'sum'"):
+            SAGEConv(2, 2, aggr=bad)
+    conv = SAGEConv(2, 2)
+    x = torch.randn(3, 2)
+    for bad in (torch.tensor([0, 1]), torch.tensor([[0, 1], [1, 0], [0, 0]])):
+        with pytest.raises(ValueError, match="shape"):
+            conv(x, bad)
+    for bad in ([[0, 3], [1, 0]], [[0, -1], [1, 0]], [[0, 1], [1, 2**40]]):
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            conv(x, torch.tensor(bad))
+    with pytest.raises(TypeError, match="integer"):
+        conv(x, torch.tensor([[0.0], [1.0]]))
+    with pytest.raises(ValueError, match="2-D"):
+        conv(torch.randn(2, 3, 2), torch.tensor([[0], [1]]))
+    with pytest.raises(ValueError, match=r"shape \(n, 2\)"):
+        conv(torch.randn(3, 4).to_sparse(), torch.tensor([[0], [1]]))
+
+
+class _SAGEModel(torch.nn.Module):
+    def __init__(self, aggr):
+        super().__init__()
+        self.conv1, self.conv2 = SAGEConv(6, 8, aggr=aggr), SAGEConv(8, 3, aggr=aggr, normalize=True)
+
+    def forward(self, x, A):
+        return self.conv2(self.conv1(x, A).relu(), A)
+
+
+@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+def test_sage_conv_fullgraph_compile_on_a_sparse_csr(aggr):
+    """fullgraph=True (no graph break) on a SparseCSR adjacency: outputs and parameter
+    gradients as eager."""
+    torch._dynamo.reset()
+    gen = seeded("sage compile", aggr)
+    n = 40
+    ei = torch.randint(0, n, (2, 160), generator=gen)
+    A, reduce = sage_adjacency(ei, n, "max")                       # ones: every reduce on it is PyG's
+    x = torch.randn(n, 6, generator=gen)
+    model = _SAGEModel(aggr)
+    try:
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        out_c = compiled(x, A)
+        grads_c = torch.autograd.grad(out_c.square().sum(), list(model.parameters()))
+    finally:
+        torch._dynamo.reset()
+    out_e = model(x, A)
+    grads_e = torch.autograd.grad(out_e.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
+    for gc, ge in zip(grads_c, grads_e):
+        torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- sparse input features
+def _sparse_features(kind, x):
+    if kind == "coo":
+        return x.to_sparse()
+    if kind == "coo_uncoalesced":
+        S = x.to_sparse().coalesce()
+        idx, v = S.indices(), S.values()
+        return torch.sparse_coo_tensor(torch.cat([idx, idx], 1).flip(1), torch.cat([v / 2, v / 2]).flip(0), x.shape)
+    if kind == "csr":
+        return x.to_sparse_csr()
+    return SparseCSR.from_torch(x.to_sparse_csr())
+
+
+def _bag_of_words(n, m, gen, dtype=torch.float64):
+    return torch.rand(n, m, generator=gen, dtype=dtype) * (torch.rand(n, m, generator=gen) < 0.2)
+
+
+def _layers():
+    torch.manual_seed(0)
+    return {"SparseLinear": (SparseLinear(9, 4, density=0.4, dtype=torch.float64), False),
+            "GCNConv": (GCNConv(9, 4).double(), True),
+            **{f"SAGEConv-{a}": (SAGEConv(9, 4, aggr=a).double(), True) for a in SAGE_AGGRS},
+            "SAGEConv-wide": (SAGEConv(9, 12, aggr="mean").double(), True)}
+
+
+@pytest.mark.parametrize("kind", ["coo", "coo_uncoalesced", "csr", "SparseCSR"])
+@pytest.mark.parametrize("layer_name", list(_layers()))
+def test_sparse_features_give_the_dense_results(layer_name, kind):
+    """Each layer on a sparse x: the output and weight gradients of the same x dense; x's
+    own gradient (COO/CSR x that requires one) on x's pattern, the dense one there."""
+    layer, graph = _layers()[layer_name]
+    gen = seeded("sparse features", layer_name, kind)
+    x = _bag_of_words(7, 9, gen)
+    call = (lambda v: layer(v, SAGE_EDGES[:, :8].remainder(7))) if graph else layer
+    xd = x.clone().requires_grad_()
+    ref = call(xd)
+    G = torch.randn(ref.shape, dtype=torch.float64, generator=gen)
+    params = list(layer.parameters())
+    want = _grads(ref, [xd, *params], G)
+    xs = _sparse_features(kind, x)
+    if kind != "SparseCSR":
+        xs = xs.requires_grad_()
+    out = call(xs)
+    torch.testing.assert_close(out, ref)
+    got = _grads(out, ([xs] if kind != "SparseCSR" else []) + params, G)
+    for g, w in zip(got[-len(params):], want[1:]):
+        torch.testing.assert_close(g, w)
+    if kind != "SparseCSR":
+        gx = got[0]
+        assert gx.layout == xs.layout
+        dense_gx = gx.to_dense()
+        mask = x != 0
+        torch.testing.assert_close(dense_gx[mask], want[0][mask])
+        assert not dense_gx[~mask].any()
+
+
+def test_sparse_features_reach_a_sparse_csr_values_leaf():
+    gen = seeded("sparse csr features")
+    x = _bag_of_words(7, 9, gen)
+    S = SparseCSR.from_torch(x.to_sparse_csr())
+    v = S.values.clone().requires_grad_()
+    conv = SAGEConv(9, 4).double()
+    xd = x.clone().requires_grad_()
+    conv(xd, SAGE_EDGES[:, :8].remainder(7)).sum().backward()
+    conv(S._replace(values=v), SAGE_EDGES[:, :8].remainder(7)).sum().backward()
+    torch.testing.assert_close(v.grad, xd.grad[x != 0])
+
+
+def test_sparse_linear_transpose_structure_is_cached():
+    torch.manual_seed(0)
+    layer = SparseLinear(9, 4, density=0.4)
+    x = torch.rand(5, 9).to_sparse()
+    layer(x)
+    first = layer._transpose_structure()
+    layer(x)
+    assert layer._transpose_structure() is first

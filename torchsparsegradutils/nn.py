@@ -311,7 +311,7 @@ class SAGEConv(torch.nn.Module):
         return cache[2], cache[3]
 
     def forward(self, x, adjacency) -> torch.Tensor:
-        x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
+        x_src, x_dst = x if isinstance(x, (tuple, list)) and not isinstance(x, SparseCSR) else (x, x)
         for t in (x_src, x_dst):
             if t is not None:
                 _check_features(t, "x")
@@ -331,8 +331,8 @@ class SAGEConv(torch.nn.Module):
         Wl = self.lin_l.weight
         transform_first = self.aggr != "max" and (_is_sparse(x_src) or self.out_channels <= Wl.shape[1])
         if transform_first:
-            if root and x_src is x_dst:          # one product with both weights: [W_l; W_r]
-                H = _linear(x_src, torch.cat([Wl, self.lin_r.weight]))
+            if root and x_src is x_dst:          # one product with both weights: x [W_l^T, W_r^T]
+                H = _linear_t(x_src, torch.cat([Wl.t(), self.lin_r.weight.t()], 1))
                 out = sparse_mm(A, H[:, :self.out_channels], reduce) + H[:, self.out_channels:]
                 root = False
             else:
@@ -416,12 +416,21 @@ def _check_sparse_features(x, in_features: int) -> None:
 def _linear(x, weight: torch.Tensor) -> torch.Tensor:
     """x W^T (no bias) for a dense or sparse x (n, in) and a dense W (out, in).  For a
     sparse x it is sparse_mm(x, W^T): grad_W = (x^T G)^T through its backward, x's
-    gradient on x's pattern; the kernels read W^T's rows with unit stride, so W^T is
-    laid out once (out x in numbers: the weight's size, not the graph's)."""
+    gradient on x's pattern.  The kernels read B's rows with unit stride, so W.t() (an
+    (in, out) view with stride (1, in)) is laid out once by sparse_mm: out x in numbers,
+    the weight's size, not the graph's (SAGEConv builds its stacked W^T in that layout
+    directly, with no copy beyond the concatenation)."""
     if not _is_sparse(x):
         return F.linear(x, weight)
-    _check_sparse_features(x, weight.shape[1])
-    return sparse_mm(x, weight.t())
+    return _linear_t(x, weight.t())
+
+
+def _linear_t(x, weight_t: torch.Tensor) -> torch.Tensor:
+    """x @ weight_t for a dense or sparse x (n, in) and a dense weight_t (in, out)."""
+    if not _is_sparse(x):
+        return x @ weight_t
+    _check_sparse_features(x, weight_t.shape[0])
+    return sparse_mm(x, weight_t)
 
 
 def _csr_to_dense(S: SparseCSR) -> torch.Tensor:
