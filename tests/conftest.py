@@ -767,6 +767,44 @@ def _make_gcn_conv(spec: Spec) -> Case:
                 lambda x, W, b: torch.func.functional_call(conv, {"lin.weight": W, "bias": b}, (x, ei)), ref)
 
 
+SAGE_AGGRS = ("mean", "max", "sum")
+
+
+def dense_sage(x_src, x_dst, edge_index, aggr, Wl, b, Wr):
+    """PyTorch Geometric's SAGEConv by scatter over the listed edges (source -> target):
+    a repeated edge is a message each time; a node without neighbours aggregates to 0."""
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    msg, n = x_src[src], x_dst.shape[0]
+    if aggr == "max":
+        agg = x_src.new_zeros(n, x_src.shape[1]).scatter_reduce(0, dst[:, None].expand_as(msg), msg, "amax",
+                                                                include_self=False)
+    else:
+        agg = x_src.new_zeros(n, x_src.shape[1]).index_add(0, dst, msg)
+        if aggr == "mean":
+            agg = agg / torch.bincount(dst, minlength=n).clamp(min=1)[:, None].to(x_src.dtype)
+    out = agg @ Wl.t()
+    out = out + b if b is not None else out
+    return out + x_dst @ Wr.t() if Wr is not None else out
+
+
+def _make_sage_conv(spec: Spec) -> Case:
+    """SAGEConv(m -> p) on spec.n nodes, aggr SAGE_AGGRS[spec.variant], its weights and
+    bias the test's leaves."""
+    gen = seeded("SAGEConv", spec)
+    ei = _edge_index(spec, gen)
+    aggr = SAGE_AGGRS[spec.variant]
+    import torchsparsegradutils.nn as tnn
+    conv = tnn.SAGEConv(spec.m, spec.p, aggr=aggr).to(spec.dtype)
+    leaves = {"x": dense_operand((spec.n, spec.m), spec.dtype, gen, spec.bmode),
+              "weight_l": torch.randn(spec.p, spec.m, generator=gen, dtype=spec.dtype),
+              "bias": torch.randn(spec.p, generator=gen, dtype=spec.dtype),
+              "weight_r": torch.randn(spec.p, spec.m, generator=gen, dtype=spec.dtype)}
+
+    def apply(x, Wl, b, Wr):
+        return torch.func.functional_call(conv, {"lin_l.weight": Wl, "lin_l.bias": b, "lin_r.weight": Wr}, (x, ei))
+    return Case(leaves, (ei,), apply, lambda x, Wl, b, Wr: dense_sage(x, x, ei, aggr, Wl, b, Wr))
+
+
 GCN_MALFORMED = {
     "node_id_negative": "torch.tensor([[0, -1], [1, 0]])",
     "node_id_too_large": "torch.tensor([[0, 1], [3, 0]])",
@@ -1174,6 +1212,11 @@ OPS = [
     Op("nn.GCNConv", _make_gcn_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
        malformed=_gcn_malformed("tsgu.nn.GCNConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None,
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+    # SAGEConv with aggr "mean", "max", "sum" (variants 0-2)
+    Op("nn.SAGEConv", _make_sage_conv, layouts=("dense",), batched=False, must_raise=("x",),
+       malformed=_gcn_malformed("tsgu.nn.SAGEConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
+       dtype_error=None, variants=len(SAGE_AGGRS),
        large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
     Op("distributions.SparseMultivariateNormal", _make_mvn, layouts=FULL_RANK_LAYOUTS, must_raise=(),
        malformed_call="tsgu.distributions.SparseMultivariateNormal(torch.zeros(A.shape[:-1]), scale_tril=A, "
