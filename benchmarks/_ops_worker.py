@@ -135,7 +135,7 @@ def necessary_bytes(op: str, params: dict, inp: dict) -> int:
         return 4 * (inp["G"].numel() + inp["values"].numel() + inp["B"].numel() + arg)
     if op in ("gather_mm", "segment_mm"):
         return 4 * (inp["G"].numel() + inp["a"].numel() + inp["b"].numel())
-    if op == "spgemm":      # C's values, row pointers and columns (int64), both values gradients
+    if op == "spgemm":      # C as CSR: values, int64 row pointers and columns; both values gradients
         return 12 * inp["G"].numel() + 8 * (inp["A"].shape[0] + 1) + 4 * (inp["A"]._nnz() + inp["B"]._nnz())
     return 4 * (inp["G"].numel() + inp["values"].numel())
 

@@ -23,7 +23,7 @@
 #include "tsgu_accum.h"
 #include "tsgu_parallel.h"
 
-#define TSGU_GRAD_CHUNKS 8
+#define TSGU_GRAD_CHUNKS 4   /* K: gB's partial sums take K * nnz(B) floats */
 
 typedef struct {
     const tsgu_csr *A, *B, *G;
