@@ -314,7 +314,9 @@ def prepare(method: str, op: str, params: dict, inp: dict):
 def reference(op: str, params: dict, inp: dict) -> dict:
     """Output and gradients in float64: per-relation products on masked rows (a loop
     over R, for the reference only); log-sum-exp from its definition with scatter ops."""
-    if op == "sparse_mm_reduce":        # the scatter formulation in float64 (random values: no ties)
+    if op == "sparse_mm_reduce":
+        if params["reduce"] in ("amax", "amin"):
+            return _arg_reference(inp, params["reduce"])
         v, B = inp["values"].double().requires_grad_(True), inp["B"].double().requires_grad_(True)
         out = _scatter_reduce(v, B, inp["rows"], inp["cols"], inp["G"].shape[0], params["reduce"])
         return {"out": out.detach(), "grads": list(torch.autograd.grad(out, (v, B), inp["G"].double()))}
@@ -354,6 +356,27 @@ def reference(op: str, params: dict, inp: dict) -> dict:
     G = inp["G"].double()
     (g,) = torch.autograd.grad(out, v, G)
     return {"out": out.detach(), "grads": [g]}
+
+
+def _arg_reference(inp: dict, reduce: str) -> dict:
+    """amax / amin in float64 from the entry each output element takes: the first of its
+    row (in entry order) whose float32 product is the extreme one, as the methods compare
+    float32 products (in float64 two products a float32 rounding makes equal would differ)."""
+    rows, cols, n = inp["rows"], inp["cols"], inp["G"].shape[0]
+    P = inp["values"].unsqueeze(1) * inp["B"].index_select(0, cols)            # float32, nnz x p
+    idx = rows.unsqueeze(1).expand_as(P)
+    best = torch.zeros(n, P.shape[1]).scatter_reduce(0, idx, P, reduce, include_self=False)
+    entry = torch.arange(P.shape[0]).unsqueeze(1).expand_as(P)
+    hit = torch.where(P == best.index_select(0, rows), entry, P.shape[0])
+    win = torch.full(best.shape, P.shape[0]).scatter_reduce(0, idx, hit, "amin")   # first winning entry
+    has = win < P.shape[0]
+    e, t = win[has], has.nonzero()[:, 1]
+    v, B, G = inp["values"].double(), inp["B"].double(), inp["G"].double()[has]
+    out = torch.zeros(best.shape, dtype=torch.float64)
+    out[has] = v[e] * B[cols[e], t]
+    gv = torch.zeros_like(v).index_add_(0, e, G * B[cols[e], t])
+    gB = torch.zeros_like(B).index_put_((cols[e], t), G * v[e], accumulate=True)
+    return {"out": out, "grads": [gv, gB]}
 
 
 def _spgemm_reference(inp: dict) -> dict:

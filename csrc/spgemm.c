@@ -15,6 +15,7 @@
  * Cptr gives it is TSGU_EPRODUCT, found before anything is written past the row. */
 #include "tsgu.h"
 #include "tsgu_accum.h"
+#include "tsgu_advise.h"
 #include "tsgu_parallel.h"
 
 typedef struct {
@@ -41,6 +42,10 @@ int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64
     int64_t T = tsgu_split_product_rows(A, B, nthreads, nthreads, bounds);
     if (T < 0) return TSGU_ENOMEM;
     spgemm_ctx x = {A, B, Cptr, Ccol, Crow, Citem, Cval, nnzC, bounds};
+    tsgu_advise_output(Ccol, nnzC * (int64_t)sizeof *Ccol);            /* fresh outputs: huge pages */
+    if (Crow) tsgu_advise_output(Crow, nnzC * (int64_t)sizeof *Crow);
+    if (Citem) tsgu_advise_output(Citem, nnzC * (int64_t)sizeof *Citem);
+    tsgu_advise_output(Cval, nnzC * tsgu_real_size(A->rtype));
     return tsgu_parallel_tasks(T, TSGU_PICK_HALF(spgemm_rows, A->rtype, A->itype), &x);
 }
 

@@ -21,6 +21,7 @@
 #include <string.h>
 #include "tsgu.h"
 #include "tsgu_accum.h"
+#include "tsgu_advise.h"
 #include "tsgu_parallel.h"
 
 #define TSGU_GRAD_CHUNKS 4   /* K: gB's partial sums take K * nnz(B) floats */
@@ -53,6 +54,9 @@ int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, co
     void *partial = gB ? calloc((size_t)(K * B->nnz + 1), sum_size) : NULL;
     if (gB && !partial) return TSGU_ENOMEM;
     grad_ctx x = {A, B, G, Gd, gA, gB, partial, bounds, K, T};
+    if (gA) tsgu_advise_output(gA, A->nnz * tsgu_real_size(A->rtype));      /* fresh outputs: huge pages */
+    if (gB) tsgu_advise_output(gB, B->nnz * tsgu_real_size(A->rtype));
+    if (gB) tsgu_advise_output(partial, K * B->nnz * (int64_t)sum_size);
     status = tsgu_parallel_tasks(T, TSGU_PICK_HALF(grad_chunks, B->rtype, A->itype), &x);
     if (status == TSGU_OK && gB) status = tsgu_parallel_tasks(T, TSGU_PICK_HALF(grad_b_sum, B->rtype, A->itype), &x);
     free(partial);
