@@ -274,7 +274,7 @@ def test_error_contract():
         ((torch.zeros(1, 1, 3, 3).to_sparse(), torch.randn(1, 1, 3, 2)), ValueError, "both be 2D or both be 3D"),
         ((A.to_dense(), B), ValueError, "COO or CSR"),
         ((A.to_sparse_csc(), B), ValueError, "COO or CSR"),
-        ((A, B.to_sparse()), ValueError, "dense \\(strided\\)"),
+        ((A, B.to_sparse_csc()), ValueError, "B should be in either COO or CSR"),   # a sparse B: COO or CSR
         ((torch.stack([A, A]), torch.randn(3, 3, 2)), ValueError, "same batch size"),
         ((A, torch.randn(4, 2)), ValueError, "Incompatible inner dimensions"),
         ((A.to(torch.int64), B.to(torch.int64)), TypeError, "float16, bfloat16, float32 and float64"),
