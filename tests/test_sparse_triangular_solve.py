@@ -318,3 +318,18 @@ def test_inplace_edit_of_values_between_forward_and_backward_raises(ctor):
         v.mul_(3)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         X.sum().backward()
+
+
+# ---------------------------------------------------------------- the release's compat entry
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("layout", ["dense", "coo", "csr"])
+def test_linalg_solve_triangular_compat(layout, transpose):
+    """torchsparsegradutils._compat.linalg_solve_triangular_compat, which the published
+    release's tests import: dense A through torch.linalg.solve_triangular, sparse A through
+    sparse_triangular_solve, both A X = B (A^T X = B with transpose)."""
+    from torchsparsegradutils._compat import linalg_solve_triangular_compat
+    L = torch.tensor([[2.0, 0.0, 0.0], [1.0, 3.0, 0.0], [4.0, 5.0, 6.0]], dtype=torch.float64)
+    B = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], dtype=torch.float64)
+    A = {"dense": L, "coo": L.to_sparse(), "csr": L.to_sparse_csr()}[layout]
+    X = linalg_solve_triangular_compat(A, B, upper=False, transpose=transpose)
+    torch.testing.assert_close((L.t() if transpose else L) @ X, B)
