@@ -89,6 +89,7 @@ TSGU_ALWAYS_INLINE int TSGU_FN(spgemm_row)(const spgemm_ctx *x, int64_t r, tsgu_
         }
     }
     if (count != c1 - c0) return TSGU_EPRODUCT;    /* (an error ends the task: spa is not reused) */
+    if (count == 0) return TSGU_OK;                /* an empty row: nothing marked, nothing to write */
     if (use_spa) {
         tsgu_spa_keys(spa, Ccol);
         for (int64_t q = 0; q < count; q++) Cv[c0 + q] = TSGU_STORE(sum[Ccol[q]]);

@@ -173,7 +173,7 @@ typedef struct {
  * or -1 where m is past what it takes (m * sum_size > TSGU_SPA_MAX_BYTES) */
 static inline int tsgu_spa_init(tsgu_spa *a, int64_t m, size_t sum_size)
 {
-    int64_t words = 0, w = m;
+    int64_t words = 0, w = m > 0 ? m : 1;   /* (no columns: one word, never set) */
     int L = 0;
     memset(a, 0, sizeof *a);
     if (m * (int64_t)sum_size > TSGU_SPA_MAX_BYTES) return -1;
