@@ -243,7 +243,6 @@ def _product(layout, ptr: torch.Tensor, index: torch.Tensor, values: torch.Tenso
     learns = values.requires_grad
     if layout == torch.sparse_coo:
         return (coo_from_values if learns else coo_tensor)(index, values, shape, is_coalesced=True)
-    col = index
     if len(shape) == 3:                            # PyTorch's batched CSR: one entry count per item
         b, n = shape[0], shape[1]
         starts = ptr[0:b * n + 1:n] if n else ptr.new_zeros(b + 1)
@@ -255,8 +254,8 @@ def _product(layout, ptr: torch.Tensor, index: torch.Tensor, values: torch.Tenso
         per = int(counts[0]) if b else 0
         ptr = torch.cat([ptr[:-1].reshape(b, n), ptr[n:b * n + 1:n].reshape(b, 1)], 1) - starts[:-1, None] \
             if n else ptr.new_zeros(b, 1)
-        col, values = col.reshape(b, per), values.reshape(b, per)
-    return (csr_from_values if learns else csr_tensor)(ptr, col, values, shape)
+        index, values = index.reshape(b, per), values.reshape(b, per)
+    return (csr_from_values if learns else csr_tensor)(ptr, index, values, shape)
 
 
 class SparseSparseMatMul(torch.autograd.Function):
