@@ -1,6 +1,14 @@
-"""Data-parallel training on PyTorch's distributed engine: a model with SparseLinear and
-GCNConv under DistributedDataParallel (gloo, 2 processes on the loopback address) ends
-with the parameters of one process training on the whole batch."""
+"""torchsparsegradutils on PyTorch's distributed engine (gloo, processes on the loopback
+address, each group spawned once and bounded in time):
+
+- data-parallel training: a model with SparseLinear and GCNConv under
+  DistributedDataParallel ends with the parameters of one process training on the
+  whole batch;
+- the row-partitioned dist_sparse_mm (2 and 4 processes): forward and both gradients
+  equal sparse_mm on the whole matrix, over the cases in _CASES; malformed or
+  inconsistent partitions raise ValueError on every rank;
+- the partitioning helpers, in this process.
+"""
 import datetime
 import faulthandler
 import os
@@ -18,6 +26,7 @@ from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_norm
 STEPS, N, F = 4, 40, 6
 COLLECTIVE_TIMEOUT_S = 30     # a gloo collective waiting longer raises in the worker
 PAIR_TIMEOUT_S = 90           # the pair takes 5-20 s on the 2-core machine
+needs_gloo = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
 
 
 class _Model(torch.nn.Module):
@@ -51,28 +60,20 @@ def _train(model, step_loss):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _worker(rank, port, workdir):
-    faulthandler.register(signal.SIGUSR1, file=open(os.path.join(workdir, f"stacks{rank}.txt"), "w"),
-                          all_threads=True)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-    try:
-        x, A, y = _data()
-        ddp = torch.nn.parallel.DistributedDataParallel(_Model())
-        nodes = torch.arange(N).reshape(2, -1)[rank]                  # each rank: half the labelled nodes
-        params = _train(ddp, lambda m: _loss(m, x, A, y, nodes))
-        # DDP goes before its process group. Left alive, its Reducer would hold the group's
-        # last reference, and freeing it (with the GIL held) runs ~ProcessGroupGloo, which
-        # joins gloo's worker threads; one of them may still be freeing the last all-reduce,
-        # whose captured thread-local state holds the contextvars.Context that backward()
-        # stashes (torch 2.13), and that needs the GIL: a deadlock. destroy_process_group
-        # drops the group's last reference with the GIL released.
-        del ddp
-        if rank == 0:
-            torch.save(params, os.path.join(workdir, "params.pt"))
-    finally:
-        dist.destroy_process_group()
+def _ddp_worker(rank, workdir):
+    x, A, y = _data()
+    ddp = torch.nn.parallel.DistributedDataParallel(_Model())
+    nodes = torch.arange(N).reshape(2, -1)[rank]                      # each rank: half the labelled nodes
+    params = _train(ddp, lambda m: _loss(m, x, A, y, nodes))
+    # DDP goes before its process group. Left alive, its Reducer would hold the group's
+    # last reference, and freeing it (with the GIL held) runs ~ProcessGroupGloo, which
+    # joins gloo's worker threads; one of them may still be freeing the last all-reduce,
+    # whose captured thread-local state holds the contextvars.Context that backward()
+    # stashes (torch 2.13), and that needs the GIL: a deadlock. destroy_process_group
+    # (in _traced) drops the group's last reference with the GIL released.
+    del ddp
+    if rank == 0:
+        torch.save(params, os.path.join(workdir, "params.pt"))
 
 
 def _free_port() -> int:
@@ -81,10 +82,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
-def test_ddp_matches_one_process(tmp_path):
-    ctx = mp.start_processes(_worker, args=(_free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn")
-    deadline = time.monotonic() + PAIR_TIMEOUT_S
+def _spawn(worker, nprocs: int, workdir, limit_s: float, *args) -> None:
+    """Run worker(rank, port, workdir, *args) in nprocs spawned processes; fails the test
+    with every worker's thread stacks if they have not all finished within limit_s."""
+    ctx = mp.start_processes(_traced, args=(worker, nprocs, _free_port(), str(workdir), *args), nprocs=nprocs,
+                             join=False, start_method="spawn")
+    deadline = time.monotonic() + limit_s
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:
             for p in ctx.processes:
@@ -93,11 +96,299 @@ def test_ddp_matches_one_process(tmp_path):
             time.sleep(2)
             for p in ctx.processes:
                 p.kill()
-            stacks = [tmp_path / f"stacks{rank}.txt" for rank in range(2)]
+            stacks = [workdir / f"stacks{rank}.txt" for rank in range(nprocs)]
             dumps = "\n".join(f"rank {r}:\n{f.read_text() if f.exists() else '(none)'}" for r, f in enumerate(stacks))
-            pytest.fail(f"the DDP workers did not finish within {PAIR_TIMEOUT_S} s; their stacks:\n{dumps}")
+            pytest.fail(f"the workers did not finish within {limit_s} s; their stacks:\n{dumps}")
+
+
+def _traced(rank, worker, nprocs, port, workdir, *args):
+    """A spawned worker in a gloo group, its stacks dumped on SIGUSR1."""
+    faulthandler.register(signal.SIGUSR1, file=open(os.path.join(workdir, f"stacks{rank}.txt"), "w"),
+                          all_threads=True)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=nprocs,
+                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    try:
+        worker(rank, workdir, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_gloo
+def test_ddp_matches_one_process(tmp_path):
+    _spawn(_ddp_worker, 2, tmp_path, PAIR_TIMEOUT_S)
     x, A, y = _data()
     halves = torch.arange(N).reshape(2, -1)
     single = _train(_Model(), lambda m: (_loss(m, x, A, y, halves[0]) + _loss(m, x, A, y, halves[1])) / 2)
     for p_ddp, p_one in zip(torch.load(tmp_path / "params.pt"), single):
         torch.testing.assert_close(p_ddp, p_one, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------ dist_sparse_mm
+CASES_TIMEOUT_S = 150         # a group runs every case of _CASES; 10-40 s on the 2-core machine
+P = 5                         # columns of B
+
+
+def _random_csr(n: int, nnz: int, seed: int, powerlaw: bool = False) -> torch.Tensor:
+    """A square float64 CSR matrix, coalesced; with powerlaw, rows and columns drawn with
+    a heavy skew (hub rows and popular columns)."""
+    gen = torch.Generator().manual_seed(seed)
+    if powerlaw:
+        w = torch.arange(1, n + 1, dtype=torch.float64).pow(-1.2)
+        rows = torch.multinomial(w, nnz, replacement=True, generator=gen)
+        cols = torch.multinomial(w[torch.randperm(n, generator=gen)], nnz, replacement=True, generator=gen)
+    else:
+        rows, cols = torch.randint(0, n, (2, nnz), generator=gen) if n else torch.empty(2, 0, dtype=torch.int64)
+    values = torch.randn(rows.numel(), generator=gen, dtype=torch.float64)
+    return torch.sparse_coo_tensor(torch.stack([rows, cols]), values, (n, n)).coalesce().to_sparse_csr()
+
+
+def _compare(A: torch.Tensor, part, seed: int = 3) -> None:
+    """dist_sparse_mm on this rank's part of A against sparse_mm on the whole A: this
+    rank's rows of C and of grad_B, and the gradient of its values."""
+    from torchsparsegradutils import sparse_mm
+    from torchsparsegradutils.distributed import dist_sparse_mm
+
+    n = A.shape[0]
+    gen = torch.Generator().manual_seed(seed)
+    B, W = torch.randn(n, P, generator=gen, dtype=torch.float64), torch.randn(n, P, generator=gen, dtype=torch.float64)
+    A_ref = A.detach().clone().requires_grad_()
+    B_ref = B.clone().requires_grad_()
+    C_ref = sparse_mm(A_ref, B_ref)
+    (C_ref * W).sum().backward()
+
+    s, e = part.start, part.end
+    part.values.requires_grad_()
+    B_mine = B[s:e].clone().requires_grad_()
+    C = dist_sparse_mm(part, B_mine)
+    (C * W[s:e]).sum().backward()
+    torch.testing.assert_close(C, C_ref[s:e].detach())
+    torch.testing.assert_close(B_mine.grad, B_ref.grad[s:e])
+    row, col = part.entries()
+    torch.testing.assert_close(part.values.detach(), A.to_dense()[row, col])
+    torch.testing.assert_close(part.values.grad, A_ref.grad.to_dense()[row, col])
+
+
+def _scattered(A: torch.Tensor, rank: int, bounds=None):
+    from torchsparsegradutils.distributed import DistSparseCSR
+
+    return DistSparseCSR.from_global(A if rank == 0 else None, bounds=bounds, timeout=_CASE_TIMEOUT)
+
+
+def _case_random(rank, world):
+    A = _random_csr(37, 200, seed=1)
+    _compare(A, _scattered(A, rank))
+
+
+def _case_powerlaw(rank, world):
+    A = _random_csr(120, 900, seed=2, powerlaw=True)
+    _compare(A, _scattered(A, rank))
+
+
+def _case_from_local_edges(rank, world):
+    """Each rank hands its own edge list (repeated entries, in any order, summed) for
+    uneven row ranges."""
+    from torchsparsegradutils.distributed import DistSparseCSR
+
+    n = 23
+    gen = torch.Generator().manual_seed(4)
+    rows, cols = torch.randint(0, n, (2, 160), generator=gen)
+    rows, cols = torch.cat([rows, rows[:20]]), torch.cat([cols, cols[:20]])      # 20 repeated entries
+    values = torch.randn(rows.numel(), generator=gen, dtype=torch.float64)
+    A = torch.sparse_coo_tensor(torch.stack([rows, cols]), values, (n, n)).coalesce().to_sparse_csr()
+    bounds = [0, 2, 17, 18, 23] if world == 4 else [0, 5, 23]
+    s, e = bounds[rank], bounds[rank + 1]
+    mine = torch.nonzero((rows >= s) & (rows < e)).flatten().flip(0)               # in reverse order
+    part = DistSparseCSR.from_local(rows[mine], cols[mine], values[mine], (s, e), n, timeout=_CASE_TIMEOUT)
+    _compare(A, part)
+
+
+def _case_empty_partition(rank, world):
+    """Rank 1 owns no rows."""
+    A = _random_csr(30, 150, seed=5)
+    bounds = torch.tensor([0, 12, 12, 20, 30] if world == 4 else [0, 0, 30])
+    part = _scattered(A, rank, bounds)
+    assert part.end - part.start == int(bounds[rank + 1] - bounds[rank])
+    _compare(A, part)
+
+
+def _case_no_halo(rank, world):
+    """Rank 0's rows reference only its own rows (no halo), while the other ranks
+    reference rank 0's rows."""
+    n = 24
+    A = _random_csr(n, 180, seed=6).to_dense()
+    A[:n // world, n // world:] = 0
+    A = A.to_sparse_csr()
+    part = _scattered(A, rank, torch.arange(world + 1) * (n // world))
+    assert (part.halo.numel() == 0) == (rank == 0)
+    _compare(A, part)
+
+
+def _case_more_ranks_than_rows(rank, world):
+    A = _random_csr(world - 1, 4, seed=7)
+    _compare(A, _scattered(A, rank))
+
+
+def _case_no_entries(rank, world):
+    A = _random_csr(9, 0, seed=8)
+    _compare(A, _scattered(A, rank))
+
+
+def _case_malformed_part(rank, world):
+    """Rank 1 hands a column id out of range: every rank raises, naming rank 1."""
+    from torchsparsegradutils.distributed import DistSparseCSR
+
+    n = 10 * world
+    row = torch.arange(10 * rank, 10 * rank + 10)
+    col = row.clone()
+    if rank == 1:
+        col[3] = n
+    with pytest.raises(ValueError, match="rank 1's part is malformed: a column id lies outside"):
+        DistSparseCSR.from_local(row, col, torch.ones(10), (10 * rank, 10 * rank + 10), n, timeout=_CASE_TIMEOUT)
+
+
+def _case_inconsistent_ranges(rank, world):
+    """The ranks' row ranges overlap: every rank raises."""
+    from torchsparsegradutils.distributed import DistSparseCSR
+
+    n = 10 * world
+    s = max(0, 10 * rank - (rank == world - 1))
+    with pytest.raises(ValueError, match="row ranges must tile"):
+        DistSparseCSR.from_local(torch.empty(0, dtype=torch.int64), torch.empty(0, dtype=torch.int64),
+                                 torch.empty(0), (s, 10 * rank + 10), n, timeout=_CASE_TIMEOUT)
+
+
+def _case_refused_matrix(rank, world):
+    """Rank 0 holds a matrix that is not square: it raises its own error, the others
+    that rank 0's matrix was refused."""
+    A = torch.ones(3, 4).to_sparse_csr() if rank == 0 else None
+    with pytest.raises(ValueError, match="must be square" if rank == 0 else "rank 0's matrix was refused"):
+        _scattered(A, rank)
+
+
+def _case_edited_values(rank, world):
+    """An in-place edit of the values between forward and backward raises on every rank
+    (before the backward's exchange)."""
+    from torchsparsegradutils.distributed import dist_sparse_mm
+
+    A = _random_csr(16, 60, seed=9)
+    part = _scattered(A, rank)
+    part.values.requires_grad_()
+    C = dist_sparse_mm(part, torch.ones(part.end - part.start, P, dtype=torch.float64, requires_grad=True))
+    with torch.no_grad():
+        part.values.mul_(2)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        C.sum().backward()
+
+
+_CASE_TIMEOUT = datetime.timedelta(seconds=20)
+_CASES = {name[len("_case_"):]: fn for name, fn in list(globals().items()) if name.startswith("_case_")}
+
+
+def _cases_worker(rank, workdir, world):
+    import json
+    import traceback
+
+    results = {}
+    for name, case in _CASES.items():
+        try:
+            case(rank, world)
+            results[name] = "ok"
+        except Exception:                                   # reported per case and rank by the test
+            results[name] = traceback.format_exc()
+    with open(os.path.join(workdir, f"results{rank}.json"), "w") as f:
+        json.dump(results, f)
+
+
+@pytest.fixture(scope="module")
+def case_results(tmp_path_factory):
+    """{world: [each rank's {case: "ok" or its traceback}]}, each group spawned once."""
+    import json
+
+    runs = {}
+
+    def results(world):
+        if world not in runs:
+            workdir = tmp_path_factory.mktemp(f"dist{world}")
+            _spawn(_cases_worker, world, workdir, CASES_TIMEOUT_S, world)
+            runs[world] = [json.loads((workdir / f"results{r}.json").read_text()) for r in range(world)]
+        return runs[world]
+    return results
+
+
+@needs_gloo
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("case", list(_CASES))
+def test_dist_sparse_mm(case_results, world, case):
+    failures = [f"rank {r}:\n{res[case]}" for r, res in enumerate(case_results(world)) if res[case] != "ok"]
+    assert not failures, "\n".join(failures)
+
+
+# ------------------------------------------------------------ the partitioning helpers
+@pytest.mark.parametrize("parts", [1, 3, 8, 50])
+def test_partition_rows_balances_work(parts):
+    from torchsparsegradutils.distributed import partition_rows
+
+    A = _random_csr(40, 300, seed=10, powerlaw=True)
+    bounds = partition_rows(A, parts)
+    work = A.crow_indices() + torch.arange(41)                        # entries + rows before each row
+    assert bounds[0] == 0 and bounds[-1] == 40 and bool((bounds.diff() >= 0).all()) and bounds.numel() == parts + 1
+    per_part = work[bounds[1:]] - work[bounds[:-1]]
+    heaviest_row = int((A.crow_indices().diff() + 1).max())
+    assert int(per_part.max()) <= int(work[-1]) / parts + heaviest_row     # off the even split by < one row
+
+
+def test_partition_report_counts_halo_and_cut():
+    from torchsparsegradutils.distributed import partition_report
+
+    A = _random_csr(30, 200, seed=11)
+    bounds = torch.tensor([0, 7, 7, 30])
+    D = A.to_dense() != 0
+    for r, rep in enumerate(partition_report(A, bounds)):
+        s, e = int(bounds[r]), int(bounds[r + 1])
+        outside = torch.ones(30, dtype=torch.bool)
+        outside[s:e] = False
+        block = D[s:e]
+        assert rep == {"rows": e - s, "nnz": int(block.sum()), "halo": int((block.any(0) & outside).sum()),
+                       "cut": int(block[:, outside].sum())}
+
+
+@pytest.mark.parametrize("method", ["rcm", "bfs"])
+def test_reorder_permutes_and_cuts_the_halo(method):
+    """A banded matrix with shuffled numbering: reordering recovers a narrow band (a
+    smaller total halo), and the result is P A P^T."""
+    from torchsparsegradutils.distributed import partition_report, partition_rows, reorder
+
+    n = 200
+    i = torch.arange(n)
+    rows, cols = torch.cat([i, i[1:], i[:-1], i[2:]]), torch.cat([i, i[:-1], i[1:], i[:-2]])
+    shuffle = torch.randperm(n, generator=torch.Generator().manual_seed(12))
+    A = torch.sparse_coo_tensor(torch.stack([shuffle[rows], shuffle[cols]]), torch.randn(rows.numel()),
+                                (n, n)).coalesce().to_sparse_csr()
+    Ap, perm = reorder(A, method)
+    assert torch.equal(perm.sort().values, torch.arange(n))
+    torch.testing.assert_close(Ap.to_dense(), A.to_dense()[perm][:, perm])
+    halos = lambda M: [rep["halo"] for rep in partition_report(M, partition_rows(M, 4))]  # noqa: E731
+    assert max(halos(Ap)) <= 4 < min(halos(A))              # the band of A + A^T: 2 rows on each side
+
+
+def test_reorder_puts_isolated_rows_last():
+    from torchsparsegradutils.distributed import reorder
+
+    A = torch.tensor([[0.0, 0, 0, 0], [0, 1, 2, 0], [0, 3, 0, 0], [0, 0, 0, 0]]).to_sparse_csr()
+    _, perm = reorder(A)
+    assert perm[2:].tolist() == [0, 3] and sorted(perm[:2].tolist()) == [1, 2]
+
+
+def test_partition_errors():
+    from torchsparsegradutils.distributed import partition_report, partition_rows, reorder
+
+    A = _random_csr(5, 10, seed=13)
+    with pytest.raises(ValueError, match="must be square"):
+        partition_rows(torch.ones(2, 3).to_sparse_csr(), 2)
+    with pytest.raises(ValueError, match="positive int"):
+        partition_rows(A, 0)
+    with pytest.raises(ValueError, match="must rise from 0 to n = 5"):
+        partition_report(A, torch.tensor([0, 3, 2, 5]))
+    with pytest.raises(ValueError, match="unknown reordering"):
+        reorder(A, "metis")
