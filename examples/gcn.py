@@ -57,14 +57,14 @@ def synthetic(n: int = 2708, classes: int = 7, features: int = 1433, seed: int =
 
 
 class GCN(torch.nn.Module):
-    def __init__(self, f: int, hidden: int, classes: int, matmul=sparse_mm):
+    def __init__(self, f: int, hidden: int, classes: int, matmul=sparse_mm, dropout: float = 0.5):
         super().__init__()
         self.l1, self.l2 = torch.nn.Linear(f, hidden), torch.nn.Linear(hidden, classes)
-        self.matmul = matmul
+        self.matmul, self.dropout = matmul, dropout
 
     def forward(self, A, x):
-        h = torch.relu(self.matmul(A, self.l1(torch.nn.functional.dropout(x, 0.5, self.training))))
-        return self.matmul(A, self.l2(torch.nn.functional.dropout(h, 0.5, self.training)))
+        h = torch.relu(self.matmul(A, self.l1(torch.nn.functional.dropout(x, self.dropout, self.training))))
+        return self.matmul(A, self.l2(torch.nn.functional.dropout(h, self.dropout, self.training)))
 
 
 def train(model, A, x, y, train_idx, val_idx, test_idx, epochs: int = 200):

@@ -1,8 +1,12 @@
 """The examples run (on small inputs, so they cannot rot) and reach their accuracy band."""
 import importlib.util
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
+import torch.distributed as dist
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CORA = ROOT.parent / "shared" / "data" / "cora.npz"
@@ -31,3 +35,15 @@ def test_bilinear_gradient_is_exact_at_the_pattern():
 
 def test_sparse_linear_example_learns():
     assert _example("sparse_linear").main(["--epochs", "2", "--train", "3000"]) > 0.3   # chance: 0.1
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo backend")
+def test_gcn_distributed_reaches_the_parameters_of_one_process():
+    """torchrun with 2 gloo processes: --check exits 0 only when their parameters after
+    the steps equal those of one process on the whole graph."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          str(ROOT / "examples" / "gcn_distributed.py"), "--steps", "5", "--check"],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "(same)" in run.stdout
