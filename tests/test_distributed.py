@@ -147,7 +147,7 @@ def _compare(A: torch.Tensor, part, seed: int = 3) -> None:
     """dist_sparse_mm on this rank's part of A against sparse_mm on the whole A: this
     rank's rows of C and of grad_B, and the gradient of its values."""
     from torchsparsegradutils import sparse_mm
-    from torchsparsegradutils.distributed import dist_sparse_mm
+    from torchsparsegradutils.distributed import dist_sparse_mm, partition_report
 
     n = A.shape[0]
     gen = torch.Generator().manual_seed(seed)
@@ -164,6 +164,8 @@ def _compare(A: torch.Tensor, part, seed: int = 3) -> None:
     (C * W[s:e]).sum().backward()
     torch.testing.assert_close(C, C_ref[s:e].detach())
     torch.testing.assert_close(B_mine.grad, B_ref.grad[s:e])
+    rep = partition_report(A, part.bounds)[dist.get_rank()]                 # the plan, simulated in one process
+    assert (part.halo.numel(), sum(part.recv_counts), sum(part.send_counts)) == (rep["halo"], rep["halo"], rep["sends"])
     row, col = part.entries()
     torch.testing.assert_close(part.values.detach(), A.to_dense()[row, col])
     torch.testing.assert_close(part.values.grad, A_ref.grad.to_dense()[row, col])
@@ -338,7 +340,7 @@ def test_partition_rows_balances_work(parts):
     assert int(per_part.max()) <= int(work[-1]) / parts + heaviest_row     # off the even split by < one row
 
 
-def test_partition_report_counts_halo_and_cut():
+def test_partition_report_counts_halo_sends_and_cut():
     from torchsparsegradutils.distributed import partition_report
 
     A = _random_csr(30, 200, seed=11)
@@ -349,8 +351,10 @@ def test_partition_report_counts_halo_and_cut():
         outside = torch.ones(30, dtype=torch.bool)
         outside[s:e] = False
         block = D[s:e]
-        assert rep == {"rows": e - s, "nnz": int(block.sum()), "halo": int((block.any(0) & outside).sum()),
-                       "cut": int(block[:, outside].sum())}
+        halo = block.any(0) & outside
+        sends = sum(int((D[int(bounds[q]):int(bounds[q + 1])].any(0)[s:e]).sum()) for q in range(3) if q != r)
+        assert rep == {"rows": e - s, "nnz": int(block.sum()), "halo": int(halo.sum()),
+                       "cut": int(block[:, outside].sum()), "sends": sends}
 
 
 @pytest.mark.parametrize("method", ["rcm", "bfs"])

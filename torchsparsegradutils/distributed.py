@@ -63,17 +63,23 @@ def partition_rows(A, parts: int) -> torch.Tensor:
 
 def partition_report(A, bounds: torch.Tensor) -> List[dict]:
     """Per rank of the partition `bounds` of the square sparse A: its rows, its stored
-    entries, its halo (the rows of B it receives each step) and its cut (its entries
-    whose column another rank owns)."""
+    entries, its halo (the rows of B it receives in a product's forward, and sends
+    back in its backward), its sends (the rows of B it sends in a forward, counted once
+    per rank that receives them) and its cut (its entries whose column another rank
+    owns): the exchange plans of every rank, simulated in one process."""
     crow, col = _pattern(A)
     bounds = _check_bounds(bounds, crow.numel() - 1)
-    report = []
-    for r in range(bounds.numel() - 1):
+    world = bounds.numel() - 1
+    report, sends = [], torch.zeros(world, dtype=torch.int64)
+    for r in range(world):
         start, end = int(bounds[r]), int(bounds[r + 1])
         c = col[int(crow[start]):int(crow[end])]
-        remote = (c < start) | (c >= end)
-        report.append({"rows": end - start, "nnz": c.numel(), "halo": _halo(c, start, end).numel(),
-                       "cut": int(remote.sum())})
+        halo = _halo(c, start, end)
+        sends += torch.bincount(torch.searchsorted(bounds, halo, right=True) - 1, minlength=world)
+        report.append({"rows": end - start, "nnz": c.numel(), "halo": halo.numel(),
+                       "cut": int(((c < start) | (c >= end)).sum())})
+    for r in range(world):
+        report[r]["sends"] = int(sends[r])
     return report
 
 
