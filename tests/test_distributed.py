@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from conftest import num_threads
 from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_norm
 
 STEPS, N, F = 4, 40, 6
@@ -185,6 +186,25 @@ def _case_random(rank, world):
 def _case_powerlaw(rank, world):
     A = _random_csr(120, 900, seed=2, powerlaw=True)
     _compare(A, _scattered(A, rank))
+
+
+def _case_same_bits_for_any_thread_count(rank, world):
+    from torchsparsegradutils.distributed import dist_sparse_mm
+
+    A = _random_csr(300, 6000, seed=14, powerlaw=True)
+    part = _scattered(A, rank)
+    part.values.requires_grad_()
+    B = torch.randn(part.end - part.start, P, generator=torch.Generator().manual_seed(rank), dtype=torch.float64)
+    runs = []
+    for threads in (1, 2, 5):
+        with num_threads(threads):
+            Bt = B.clone().requires_grad_()
+            part.values.grad = None
+            C = dist_sparse_mm(part, Bt)
+            C.square().sum().backward()
+            runs.append((C, Bt.grad, part.values.grad))
+    for run in runs[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(runs[0], run))
 
 
 def _case_from_local_edges(rank, world):

@@ -6,11 +6,11 @@ into the same contiguous row ranges, one per rank.  Rank r holds its rows of A a
 followed by its halo, the rows of B owned elsewhere that its entries reference (ids
 n_r .. n_r + h_r - 1).  ``C = A @ B``, row-partitioned like B, is then:
 
-    forward    one all-to-all of exactly the halo rows of B, then the local SpMM on
-               [B_r; B_halo]
-    backward   grad_B: the local A_r^T G_r into the owned and halo rows, then the
-               reverse all-to-all that sums the halo rows into their owners;
-               grad of A's values: the local SDDMM with the halo rows at hand
+- forward: one all-to-all of exactly the halo rows of B, then the local SpMM on
+  ``[B_r; B_halo]``;
+- backward: grad_B from the local ``A_r^T G_r`` into the owned and halo rows, then the
+  reverse all-to-all that sums the halo rows into their owners; the gradient of A's
+  values from the local SDDMM with the halo rows at hand.
 
 The exchange plan (which local rows go to which rank, which come back) is built once,
 when the DistSparseCSR is built, and kept with it.  Every collective waits at most the
@@ -31,6 +31,8 @@ from . import _backends
 from ._core.intake import as_csr
 from ._core.validate import MM_DTYPES, dtype_names
 from ._core.view import CSRView, entry_rows, view_of
+
+__all__ = ["DistSparseCSR", "dist_sparse_mm", "partition_rows", "partition_report", "reorder"]
 
 DEFAULT_TIMEOUT = datetime.timedelta(seconds=60)
 
@@ -185,15 +187,24 @@ class DistSparseCSR:
 
     Attributes
     ----------
-    start, end : this rank's rows of A (and of B and C): ``start .. end-1``.
-    n : A's size (n x n).
-    bounds : the int64 row offsets ``(P+1,)`` of every rank, the same on all.
-    crow_indices, col_indices, values : the local CSR, ``(end-start) x (end-start+h)``,
-        columns numbered own rows first, then the halo, sorted in each row (see
-        :meth:`entries` for their global ids); ``values`` may require grad
-        (``A.values.requires_grad_()``): :func:`dist_sparse_mm` gives its gradient.
-    halo : the global ids (int64, sorted) of the h rows of B this rank receives.
-    timeout : the longest any of its collectives waits (a ``datetime.timedelta``).
+    start, end : int
+        This rank's rows of A (and of B and C): ``start .. end-1``.
+    n : int
+        A's size (n x n).
+    bounds : torch.Tensor
+        The int64 row offsets ``(P+1,)`` of every rank, the same on all.
+    crow_indices, col_indices, values : torch.Tensor
+        The local CSR, ``(end-start) x (end-start+h)``, its columns numbered own rows
+        first, then the halo, sorted in each row (:meth:`entries` gives their global
+        ids).  ``values`` may require grad (``A.values.requires_grad_()``):
+        :func:`dist_sparse_mm` gives its gradient.
+    halo : torch.Tensor
+        The global ids (int64, sorted) of the h rows of B this rank receives.
+    send_rows, send_counts, recv_counts
+        The exchange plan: the local rows of B sent each step, ``send_counts[q]`` of
+        them to rank q in turn, and ``recv_counts[q]`` halo rows from rank q.
+    timeout : datetime.timedelta
+        The longest any of its collectives waits.
     """
 
     def __init__(self, row, col, values, start: int, end: int, bounds: torch.Tensor, group, timeout):
@@ -327,12 +338,13 @@ class DistSparseCSR:
         send = B.index_select(0, self.send_rows.to(B.device))
         return _all_to_all(send, self.send_counts, self.recv_counts, self.group, self.timeout)
 
-    def exchange_back(self, H: torch.Tensor) -> torch.Tensor:
-        """The reverse of exchange: rows in halo order (h, p) sent to their owners and
-        summed into an (own rows, p) tensor."""
-        back = _all_to_all(H.contiguous(), self.recv_counts, self.send_counts, self.group, self.timeout)
-        out = H.new_zeros(self.end - self.start, H.shape[1])
-        return out.index_add_(0, self.send_rows.to(H.device), back)
+    def exchange_back(self, Gx: torch.Tensor) -> torch.Tensor:
+        """The reverse of exchange: Gx holds this rank's own rows, then its halo rows
+        (as the local A^T G has them); the halo rows go back to their owners, and the
+        rows that come back are summed into Gx's own rows, which are returned."""
+        n_own = self.end - self.start
+        back = _all_to_all(Gx[n_own:], self.recv_counts, self.send_counts, self.group, self.timeout)
+        return Gx[:n_own].index_add_(0, self.send_rows.to(Gx.device), back)
 
 
 def dist_sparse_mm(A: DistSparseCSR, B: torch.Tensor) -> torch.Tensor:
@@ -362,7 +374,8 @@ class DistSparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, values, B, A):
-        Bx = torch.cat([B, A.exchange(B)])                   # own rows, then the halo rows
+        halo = A.exchange(B)
+        Bx = torch.cat([B, halo]) if halo.numel() else B     # own rows, then the halo rows
         view = A.view(values)
         ctx.A = A
         ctx.save_for_backward(values, Bx if ctx.needs_input_grad[0] else None)
@@ -372,14 +385,10 @@ class DistSparseMatMul(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, G):
         values, Bx = ctx.saved_tensors
-        A, n_own = ctx.A, ctx.A.end - ctx.A.start
+        A = ctx.A
         view = A.view(values)
         grad_values = _backends.sddmm(view, G, Bx) if ctx.needs_input_grad[0] else None
-        grad_B = None
-        if ctx.needs_input_grad[1]:
-            Gx = _backends.spmm_t(view, G)                   # own rows, then the halo rows
-            grad_B = A.exchange_back(Gx[n_own:])
-            grad_B += Gx[:n_own]
+        grad_B = A.exchange_back(_backends.spmm_t(view, G)) if ctx.needs_input_grad[1] else None
         return grad_values, grad_B, None
 
 
