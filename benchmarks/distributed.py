@@ -119,8 +119,11 @@ def _time_worker(rank, world, port, name, cora_path, steps, out):
         B = torch.randn(A.shape[0], P_TIME, generator=gen)
         s, e = part.start, part.end
         Bm = B[s:e].clone().requires_grad_()
-        C = dist_sparse_mm(part, Bm)                             # checked first
-        torch.testing.assert_close(C, sparse_mm(A, B)[s:e], rtol=1e-4, atol=1e-5)
+        # checked first, against the largest entry (the float32 sums run in another order)
+        C, ref = dist_sparse_mm(part, Bm).detach(), sparse_mm(A, B)[s:e]
+        err = float((C - ref).abs().max()) / max(float(ref.abs().max()), 1.0) if ref.numel() else 0.0
+        if err > 1e-5:
+            raise AssertionError(f"dist_sparse_mm differs from sparse_mm on rank {rank}: {err:.2e} of the largest")
         times, single = [], []
         for step in range(steps + 1):
             dist.barrier()
@@ -172,6 +175,7 @@ def markdown(doc: dict) -> str:
                          f"{_mb(r['ours_mean'])} | {_mb(r['ours_max'])} | {_mb(r['allgather'])} | "
                          f"{r['ratio_mean']:.1f}x | {r['ratio_max']:.1f}x |")
     lines += ["", f"## Time per step (forward + backward, p = {P_TIME}; gloo on loopback)", "",
+              f"Load average at the end (1, 5, 15 min): {doc['load']} on {os.cpu_count()} cores.", "",
               "| graph | P | threads per process | ms per step (slowest rank, median) | one process, sparse_mm |",
               "|---|---:|---:|---:|---:|"]
     for r in doc["time"]:
@@ -201,6 +205,7 @@ def main(argv=None):
         for world in case["procs"]:
             doc["time"].append(time_step(name, args.cora, world, case["steps"]))
             print(doc["time"][-1], flush=True)
+    doc["load"] = [round(x, 2) for x in os.getloadavg()]          # the machine is shared: its load, at the end
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"distributed_{mode}.json"), "w") as f:
         json.dump(doc, f, indent=1)

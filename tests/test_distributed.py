@@ -146,7 +146,8 @@ def _random_csr(n: int, nnz: int, seed: int, powerlaw: bool = False) -> torch.Te
 
 def _compare(A: torch.Tensor, part, seed: int = 3) -> None:
     """dist_sparse_mm on this rank's part of A against sparse_mm on the whole A: this
-    rank's rows of C and of grad_B, and the gradient of its values."""
+    rank's rows of C and of grad_B, and the gradient of its values; its exchange plan
+    against partition_report's; its inputs left unchanged."""
     from torchsparsegradutils import sparse_mm
     from torchsparsegradutils.distributed import dist_sparse_mm, partition_report
 
@@ -161,8 +162,10 @@ def _compare(A: torch.Tensor, part, seed: int = 3) -> None:
     s, e = part.start, part.end
     part.values.requires_grad_()
     B_mine = B[s:e].clone().requires_grad_()
+    inputs = [t.detach().clone() for t in (part.values, B_mine, part.crow_indices, part.col_indices)]
     C = dist_sparse_mm(part, B_mine)
     (C * W[s:e]).sum().backward()
+    assert all(torch.equal(a, b) for a, b in zip(inputs, (part.values, B_mine, part.crow_indices, part.col_indices)))
     torch.testing.assert_close(C, C_ref[s:e].detach())
     torch.testing.assert_close(B_mine.grad, B_ref.grad[s:e])
     rep = partition_report(A, part.bounds)[dist.get_rank()]                 # the plan, simulated in one process

@@ -322,12 +322,11 @@ class DistSparseCSR:
 
     def entries(self):
         """(row, col): the global ids (int64) of the local entries, in the order of values."""
-        n_own = self.end - self.start
+        n_own, col = self.end - self.start, self.col_indices
         row = self.start + entry_rows(self.crow_indices)
-        own = self.col_indices < n_own
-        col = torch.where(own, self.col_indices + self.start, self.halo[(self.col_indices - n_own).clamp(min=0)]
-                          if self.halo.numel() else self.col_indices)
-        return row, col
+        if not self.halo.numel():
+            return row, col + self.start
+        return row, torch.where(col < n_own, col + self.start, self.halo[(col - n_own).clamp(min=0)])
 
     def view(self, values: torch.Tensor) -> CSRView:
         """The local CSR with these values, as the kernels take it."""
