@@ -28,7 +28,6 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gcn import GCN, load, synthetic  # noqa: E402
 
-from torchsparsegradutils import sparse_mm  # noqa: E402
 from torchsparsegradutils.distributed import DistSparseCSR, dist_sparse_mm, partition_report, reorder  # noqa: E402
 from torchsparsegradutils.nn import gcn_norm  # noqa: E402
 
