@@ -210,6 +210,49 @@ def _case_same_bits_for_any_thread_count(rank, world):
         assert all(torch.equal(a, b) for a, b in zip(runs[0], run))
 
 
+class _TwoLayers(torch.nn.Module):
+    """A two-layer GCN-like model: matmul(A, relu(matmul(A, x W1)) W2)."""
+
+    def __init__(self, matmul):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1, self.l2 = torch.nn.Linear(F, 4).double(), torch.nn.Linear(4, 3).double()
+        self.matmul = matmul
+
+    def forward(self, A, x):
+        return self.matmul(A, self.l2(torch.relu(self.matmul(A, self.l1(x)))))
+
+
+def _case_under_ddp(rank, world):
+    """dist_sparse_mm inside a model under DistributedDataParallel, on the same process
+    group (DDP's all-reduces interleave with the exchanges in backward): after 3 steps
+    the parameters of one process training on the whole graph."""
+    from torchsparsegradutils import sparse_mm
+    from torchsparsegradutils.distributed import dist_sparse_mm
+
+    n = 50
+    A = _random_csr(n, 300, seed=15)
+    gen = torch.Generator().manual_seed(16)
+    x, y = torch.randn(n, F, generator=gen, dtype=torch.float64), torch.randint(0, 3, (n,), generator=gen)
+    part = _scattered(A, rank)
+    s, e = part.start, part.end
+
+    def train(model, A, x, y, scale):
+        opt = torch.optim.SGD(model.parameters(), lr=0.3)
+        for _ in range(3):
+            opt.zero_grad()
+            (torch.nn.functional.cross_entropy(model(A, x), y, reduction="sum") * scale).backward()
+            opt.step()
+
+    ddp = torch.nn.parallel.DistributedDataParallel(_TwoLayers(dist_sparse_mm))
+    train(ddp, part, x[s:e], y[s:e], world / n)        # DDP averages: each rank's share of the sum, times P
+    one = _TwoLayers(sparse_mm)
+    train(one, A, x, y, 1 / n)
+    for a, b in zip(ddp.module.parameters(), one.parameters()):
+        torch.testing.assert_close(a, b)
+    del ddp                                            # before the group goes (see _ddp_worker)
+
+
 def _case_from_local_edges(rank, world):
     """Each rank hands its own edge list (repeated entries, in any order, summed) for
     uneven row ranges."""
