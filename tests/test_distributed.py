@@ -462,3 +462,28 @@ def test_partition_errors():
         partition_report(A, torch.tensor([0, 3, 2, 5]))
     with pytest.raises(ValueError, match="unknown reordering"):
         reorder(A, "metis")
+
+
+def _missing_rank_worker(rank, workdir):
+    """Rank 0 never joins the build; rank 1's first collective gives up after 2 s."""
+    from torchsparsegradutils.distributed import DistSparseCSR
+
+    if rank == 1:
+        t0 = time.monotonic()
+        try:
+            DistSparseCSR.from_local(torch.tensor([1]), torch.tensor([0]), torch.ones(1), (1, 2), 2,
+                                     timeout=datetime.timedelta(seconds=2))
+            outcome = "no error"
+        except Exception as e:                              # gloo's timeout error, or ours
+            outcome = f"{type(e).__name__} after {time.monotonic() - t0:.1f} s: {e}"
+        with open(os.path.join(workdir, "outcome.txt"), "w") as f:
+            f.write(outcome)
+    else:
+        time.sleep(5)                                       # alive, but not calling
+
+
+@needs_gloo
+def test_a_rank_that_never_joins_is_a_timeout_error_not_a_hang(tmp_path):
+    _spawn(_missing_rank_worker, 2, tmp_path, 60)
+    outcome = (tmp_path / "outcome.txt").read_text()
+    assert outcome != "no error" and float(outcome.split(" after ")[1].split(" s")[0]) < 6, outcome
