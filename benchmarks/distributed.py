@@ -19,7 +19,9 @@
     requiring grad; A fixed, as in a GCN) on P = 1, 2, 4 gloo processes on this
     machine, one thread each, checked against sparse_mm on the whole matrix first;
     the median over the steps of the slowest rank's time, beside one process's
-    sparse_mm on the whole matrix (one thread).  On a 2-core machine P = 4 runs 4
+    sparse_mm on the whole matrix (one thread), and the time of the step's two
+    exchanges (the halo rows out, their gradients back, with the concatenation and
+    the sum around them) run alone after it.  On a 2-core machine P = 4 runs 4
     processes on 2 cores: no speed-up is to be had beyond P = 2, and the loopback
     exchange is a memory copy, not a network.
 
@@ -124,15 +126,19 @@ def _time_worker(rank, world, port, name, cora_path, steps, out):
         err = float((C - ref).abs().max()) / max(float(ref.abs().max()), 1.0) if ref.numel() else 0.0
         if err > 1e-5:
             raise AssertionError(f"dist_sparse_mm differs from sparse_mm on rank {rank}: {err:.2e} of the largest")
-        times, single = [], []
+        G = torch.ones(e - s, P_TIME)
+        times, exchanges, single = [], [], []
         for step in range(steps + 1):
             dist.barrier()
             t0 = time.perf_counter()
-            dist_sparse_mm(part, Bm).sum().backward()
-            t = torch.tensor([time.perf_counter() - t0])
+            dist_sparse_mm(part, Bm).backward(G)
+            t1 = time.perf_counter()
+            part.exchange_back(torch.cat([B[s:e], part.exchange(B[s:e])]))   # the step's two exchanges alone
+            t = torch.tensor([t1 - t0, time.perf_counter() - t1])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             if step:                                             # the first is a warm-up
-                times.append(float(t))
+                times.append(float(t[0]))
+                exchanges.append(float(t[1]))
         if world == 1:
             Bw = B.clone().requires_grad_()
             for step in range(steps + 1):
@@ -142,7 +148,8 @@ def _time_worker(rank, world, port, name, cora_path, steps, out):
                     single.append(time.perf_counter() - t0)
         if rank == 0:
             with open(out, "w") as f:
-                json.dump({"step": statistics.median(times), "single": statistics.median(single) if single else None,
+                json.dump({"step": statistics.median(times), "exchange": statistics.median(exchanges),
+                           "single": statistics.median(single) if single else None,
                            "threads": torch.get_num_threads()}, f)
     finally:
         dist.destroy_process_group()
@@ -176,11 +183,13 @@ def markdown(doc: dict) -> str:
                          f"{r['ratio_mean']:.1f}x | {r['ratio_max']:.1f}x |")
     lines += ["", f"## Time per step (forward + backward, p = {P_TIME}; gloo on loopback)", "",
               f"Load average at the end (1, 5, 15 min): {doc['load']} on {os.cpu_count()} cores.", "",
-              "| graph | P | threads per process | ms per step (slowest rank, median) | one process, sparse_mm |",
-              "|---|---:|---:|---:|---:|"]
+              "| graph | P | threads per process | ms per step (slowest rank, median) | the two exchanges alone "
+              "| one process, sparse_mm |",
+              "|---|---:|---:|---:|---:|---:|"]
     for r in doc["time"]:
         single = f"{1e3 * r['single']:.2f}" if r["single"] is not None else ""
-        lines.append(f"| {r['graph']} | {r['P']} | {r['threads']} | {1e3 * r['step']:.2f} | {single} |")
+        lines.append(f"| {r['graph']} | {r['P']} | {r['threads']} | {1e3 * r['step']:.2f} | {1e3 * r['exchange']:.2f} "
+                     f"| {single} |")
     return "\n".join(lines) + "\n"
 
 
