@@ -20,8 +20,8 @@
     machine, one thread each, checked against sparse_mm on the whole matrix first;
     the median over the steps of the slowest rank's time, beside one process's
     sparse_mm on the whole matrix (one thread), and the time of the step's two
-    exchanges (the halo rows out, their gradients back, with the concatenation and
-    the sum around them) run alone after it.  On a 2-core machine P = 4 runs 4
+    exchanges (the halo rows gathered and sent, their gradients sent back and summed
+    into the owners) run alone after it.  On a 2-core machine P = 4 runs 4
     processes on 2 cores: no speed-up is to be had beyond P = 2, and the loopback
     exchange is a memory copy, not a network.
 
@@ -127,13 +127,15 @@ def _time_worker(rank, world, port, name, cora_path, steps, out):
         if err > 1e-5:
             raise AssertionError(f"dist_sparse_mm differs from sparse_mm on rank {rank}: {err:.2e} of the largest")
         G = torch.ones(e - s, P_TIME)
+        scratch = torch.cat([B[s:e], part.exchange(B[s:e])])     # own + halo rows, as A^T G has them
         times, exchanges, single = [], [], []
         for step in range(steps + 1):
             dist.barrier()
             t0 = time.perf_counter()
             dist_sparse_mm(part, Bm).backward(G)
             t1 = time.perf_counter()
-            part.exchange_back(torch.cat([B[s:e], part.exchange(B[s:e])]))   # the step's two exchanges alone
+            part.exchange(B[s:e])                                # the step's two exchanges alone
+            part.exchange_back(scratch)
             t = torch.tensor([t1 - t0, time.perf_counter() - t1])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             if step:                                             # the first is a warm-up
