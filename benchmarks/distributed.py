@@ -90,6 +90,11 @@ def graph(name: str, cora_path) -> torch.Tensor:
     return torch.sparse_coo_tensor(idx, vals, shape).coalesce().to_sparse_csr()
 
 
+def label(name: str, cora_path) -> str:
+    """How the report names graph(name, cora_path)."""
+    return "uniform, Cora's size" if name == "cora" and not cora_path else name
+
+
 def volume_rows(A: torch.Tensor, parts: int, order: str) -> dict:
     """The volume table's row for A on `parts` ranks."""
     n = A.shape[0]
@@ -163,7 +168,7 @@ def time_step(name: str, cora_path, world: int, steps: int) -> dict:
         mp.start_processes(_time_worker, args=(world, _free_port(), name, cora_path, steps, out), nprocs=world,
                            start_method="spawn")
         with open(out) as f:
-            return {"graph": name, "P": world, **json.load(f)}
+            return {"graph": label(name, cora_path), "P": world, **json.load(f)}
 
 
 # ------------------------------------------------------------------ report
@@ -210,7 +215,7 @@ def main(argv=None):
         t0 = time.perf_counter()
         Ar, _ = reorder(A, "rcm")
         print(f"{name}: n={A.shape[0]}, nnz={A._nnz()}, RCM in {time.perf_counter() - t0:.1f} s", flush=True)
-        doc["volume"][name] = [volume_rows(M, parts, order) for order, M in (("own", A), ("RCM", Ar))
+        doc["volume"][label(name, args.cora)] = [volume_rows(M, parts, order) for order, M in (("own", A), ("RCM", Ar))
                                for parts in case["parts"]]
     for name in case["time_graphs"]:
         for world in case["procs"]:
