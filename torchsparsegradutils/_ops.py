@@ -58,7 +58,7 @@ import torch
 from torch import Tensor
 
 from . import _backends
-from ._core.view import CSRView, check_arrays, op_args, view_of
+from ._core.view import CSRView, check_arrays, kernel_array, op_args, view_of
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
@@ -624,7 +624,7 @@ grouped_mm_tn.register_autograd(_grouped_mm_tn_backward, setup_context=_grouped_
 @torch.library.custom_op("tsgu::gat", mutates_args=())
 def _gat(ptr: Tensor, col: Tensor, shape: List[int], x: Tensor, s: Tensor, d: Tensor, keep: Optional[Tensor],
          scale: float, slope: float) -> Tuple[Tensor, Tensor]:
-    return _backends.gat(view_of(ptr, col, None, None, shape), x.contiguous(), s.contiguous(), d.contiguous(),
+    return _backends.gat(view_of(ptr, col, None, None, shape), kernel_array(x), kernel_array(s), kernel_array(d),
                          keep, scale, slope)
 
 
@@ -632,8 +632,9 @@ def _gat(ptr: Tensor, col: Tensor, shape: List[int], x: Tensor, s: Tensor, d: Te
 def _gat_grad(ptr: Tensor, col: Tensor, shape: List[int], x: Tensor, s: Tensor, d: Tensor, keep: Optional[Tensor],
               scale: float, slope: float, alpha: Tensor, G: Tensor, galpha: Optional[Tensor]
               ) -> Tuple[Tensor, Tensor, Tensor]:
-    return _backends.gat_grad(view_of(ptr, col, None, None, shape), x.contiguous(), s.contiguous(), d.contiguous(),
-                              keep, scale, slope, alpha, G, galpha)
+    return _backends.gat_grad(view_of(ptr, col, None, None, shape), kernel_array(x), kernel_array(s),
+                              kernel_array(d), keep, scale, slope, kernel_array(alpha), kernel_array(G),
+                              None if galpha is None else kernel_array(galpha))
 
 
 @_gat.register_fake

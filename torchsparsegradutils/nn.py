@@ -466,17 +466,18 @@ class GATConv(torch.nn.Module):
     def forward(self, x, adjacency, return_attention_weights: bool = False):
         _check_features(x, "x")
         H, C = self.heads, self.out_channels
-        h = _linear(x, self.lin.weight).view(-1, H, C)
+        n = x.shape[0]
+        h = _linear(x, self.lin.weight).view(n, H, C)
         s, d = (h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)
         if isinstance(adjacency, SparseCSR) or (isinstance(adjacency, torch.Tensor) and
                                                adjacency.layout in (torch.sparse_coo, torch.sparse_csr)):
             A = adjacency
         else:
-            A = self.adjacency(adjacency, h.shape[0])
+            A = self.adjacency(adjacency, n)
         out = graph_attention(A, h, s, d, self.negative_slope, self.dropout, self.training,
                               return_attention=return_attention_weights)
         out, alpha = out if return_attention_weights else (out, None)
-        out = out.reshape(-1, H * C) if self.concat else out.mean(1)
+        out = out.reshape(n, H * C) if self.concat else out.mean(1)
         if self.bias is not None:
             out = out + self.bias
         if not return_attention_weights:
