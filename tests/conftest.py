@@ -834,7 +834,7 @@ def _make_graph_attention(spec: Spec) -> Case:
 GAT_VARIANTS = ((1, True, True), (3, True, True), (3, False, True), (2, True, False))
 
 
-def dense_gat_conv(x, edge_index, W, att_src, att_dst, b, concat, loops):
+def dense_gat_conv(x, edge_index, W, att_src, att_dst, b, concat, loops, slope=0.2):
     """GATConv in dense PyTorch: the pattern of the edges (source -> target; a repeated edge
     once; with loops, one self loop per node), then dense_graph_attention per head."""
     n, (_, H, C) = x.shape[0], att_src.shape
@@ -843,7 +843,7 @@ def dense_gat_conv(x, edge_index, W, att_src, att_dst, b, concat, loops):
     if loops:
         pattern.fill_diagonal_(True)
     h = (x @ W.t()).reshape(n, H, C)
-    out = dense_graph_attention(pattern, h, (h * att_src).sum(-1), (h * att_dst).sum(-1))
+    out = dense_graph_attention(pattern, h, (h * att_src).sum(-1), (h * att_dst).sum(-1), slope)
     return (out.reshape(n, H * C) if concat else out.mean(1)) + b
 
 
