@@ -4,7 +4,8 @@
  *     z_ijh = s[j,h] + d[i,h],   e_ijh = z_ijh > 0 ? z_ijh : slope * z_ijh
  *     alpha_ijh = exp(e_ijh) / sum_{j' in row i} exp(e_ij'h)
  *     out[i,h,:] = sum_{j in row i} alpha_ijh * m_ijh * x[j,h,:]
- * m_ijh = keep[e,h] * scale (dropout; 1 without a mask).  alpha is written before
+ * m_ijh = 0 for a dropped (entry, head) and scale for a kept one (dropout, drawn by
+ * tsgu_gat_draw), 1 without dropout.  alpha is written before
  * dropout, one value per (entry, head): the only E-sized output; nothing of size
  * E x H x F exists.  Per row: one pass checking the columns and writing the scores
  * with their max per head, one replacing them by their shifted exps (summed in
@@ -45,7 +46,6 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_forward_rows)(const gat_forward
     const tsgu_gat *g = x->g;
     const idx_t *Aj = A->col;
     const real_t *X = g->x, *s = g->s, *d = g->d;
-    const uint8_t *keep = g->keep;
     real_t *alpha = x->alpha, *out = x->out;
     const int64_t H = g->heads, HF = H * F, m = A->ncols, nnz = A->nnz;
     const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
@@ -88,7 +88,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_forward_rows)(const gat_forward
             real_t *a = alpha + e * H;
             for (int64_t h = 0; h < H; h++) {
                 a[h] = a[h] * (acc_t)sum[h];
-                w[h] = keep ? (keep[e * H + h] ? a[h] * scale : 0) : a[h];   /* dropped: 0 */
+                w[h] = g->drop ? (tsgu_gat_dropped(g, e * H + h) ? 0 : a[h] * scale) : a[h];
             }
             for (int64_t h = 0; h < H; h++)                  /* each weight over its head's F features */
                 for (int64_t f = 0; f < F; f++) wv[h * F + f] = w[h];

@@ -44,7 +44,6 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_scores_rows)(const gat_gra
     const tsgu_gat *g = x->g;
     const idx_t *Aj = A->col;
     const real_t *X = g->x, *s = g->s, *d = g->d, *alpha = x->alpha, *G = x->G, *galpha = x->galpha;
-    const uint8_t *keep = g->keep;
     real_t *dz = x->dz, *gd = x->gd;
     const int64_t H = g->heads, HF = H * F, m = A->ncols, nnz = A->nnz;
     const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
@@ -66,11 +65,11 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_scores_rows)(const gat_gra
             real_t *t = dz + e * H;
             for (int64_t h = 0; h < H; h++) {
                 acc_t ga = galpha ? galpha[e * H + h] : 0;
-                if (!keep || keep[e * H + h]) {
+                if (!tsgu_gat_dropped(g, e * H + h)) {
                     const real_t *restrict xh = xj + h * F, *restrict gh = gi + h * F;
                     acc_t dot = 0;
                     for (int64_t f = 0; f < F; f++) dot += gh[f] * xh[f];
-                    ga += keep ? dot * scale : dot;
+                    ga += dot * scale;
                 }
                 t[h] = ga;
                 c[h] += a[h] * ga;

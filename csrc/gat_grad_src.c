@@ -49,7 +49,6 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_src_cols)(const gat_grad_s
     const tsgu_gat *g = x->g;
     const idx_t *Aj = A->col;
     const real_t *alpha = x->alpha, *G = x->G, *dz = x->dz;
-    const uint8_t *keep = g->keep;
     real_t *gx = x->gx, *gs = x->gs;
     const int64_t H = g->heads, HF = H * F, n = A->nrows, m = A->ncols, nnz = A->nnz;
     const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
@@ -75,8 +74,8 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_src_cols)(const gat_grad_s
             real_t *gxj = gx + j * HF, *gsj = gs + j * H;
             for (int64_t h = 0; h < H; h++) {
                 gsj[h] += t_[h];
-                if (keep && !keep[e * H + h]) continue;   /* dropped */
-                const acc_t w = keep ? a[h] * scale : a[h];
+                if (tsgu_gat_dropped(g, e * H + h)) continue;
+                const acc_t w = a[h] * scale;
                 const real_t *restrict gh = gi + h * F;
                 real_t *restrict oh = gxj + h * F;
                 for (int64_t f = 0; f < F; f++) oh[f] += w * gh[f];
