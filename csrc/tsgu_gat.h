@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include "tsgu.h"
+#include "tsgu_inline.h"
 
 /* The dropout draw of element q = e*H + h: 24 uniform bits from a counter-based hash
  * (SplitMix64's finaliser) of seed + (q+1) * golden ratio, so the forward and the
@@ -26,17 +27,14 @@ static inline int tsgu_gat_dropped(const tsgu_gat *g, int64_t q)
     return g->drop > 0 && tsgu_gat_draw(g->seed, q) < g->drop;
 }
 
-/* return fn(args..., F) with F a compile-time constant for the common head widths */
+/* return fn(args..., F) with F a compile-time constant for the common head widths: those
+ * of TSGU_BY_WIDTH (tsgu_inline.h) and 2, 4, 8 */
 #define TSGU_GAT_BY_WIDTH(F, fn, ...)              \
     switch (F) {                                   \
-    case 1: return fn(__VA_ARGS__, 1);             \
     case 2: return fn(__VA_ARGS__, 2);             \
     case 4: return fn(__VA_ARGS__, 4);             \
     case 8: return fn(__VA_ARGS__, 8);             \
-    case 16: return fn(__VA_ARGS__, 16);           \
-    case 32: return fn(__VA_ARGS__, 32);           \
-    case 64: return fn(__VA_ARGS__, 64);           \
-    default: return fn(__VA_ARGS__, F);            \
+    default: TSGU_BY_WIDTH(F, fn, __VA_ARGS__)     \
     }
 
 #endif
