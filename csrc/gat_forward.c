@@ -5,13 +5,14 @@
  *     alpha_ijh = exp(e_ijh) / sum_{j' in row i} exp(e_ij'h)
  *     out[i,h,:] = sum_{j in row i} alpha_ijh * m_ijh * x[j,h,:]
  * m_ijh = 0 for a dropped (entry, head) and scale for a kept one (dropout, drawn by
- * tsgu_gat_draw), 1 without dropout.  alpha is written before
- * dropout, one value per (entry, head): the only E-sized output; nothing of size
- * E x H x F exists.  Per row: one pass checking the columns and writing the scores
- * with their max per head, one replacing them by their shifted exps (summed in
- * double, in entry order), one normalising them and adding the rows x[j] into
- * out[i].  Each row is done by one thread, so the bits do not depend on the
- * thread count. */
+ * tsgu_gat_draw in tsgu_gat.h), 1 without dropout.  alpha is written before dropout,
+ * one value per (entry, head): the only E-sized output; nothing of size E x H x F
+ * exists.  Per row: one pass checking the columns and writing the scores with their
+ * max per head, one replacing them by their shifted exps (summed in double, in entry
+ * order), one normalising them and adding the rows x[j] into out[i] (each entry's
+ * weights spread over its heads' features, then one loop over the row).  The gathered
+ * rows s[j] and x[j] are prefetched some entries ahead.  Each row is done by one
+ * thread, so the bits do not depend on the thread count. */
 #include <stdlib.h>
 #include "tsgu.h"
 #include "tsgu_gat.h"
@@ -38,7 +39,7 @@ int tsgu_gat_forward(const tsgu_csr *A, const tsgu_gat *g, void *alpha, void *ou
 
 #include "tsgu_rows.h"
 
-/* rows [r0, r1) with F constant for the common widths; ws: 3H doubles */
+/* rows [r0, r1) with F constant for the common widths; ws: 3H + HF doubles */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_forward_rows)(const gat_forward_ctx *x, int64_t r0, int64_t r1,
                                                                double *ws, const int64_t F)
 {
@@ -51,7 +52,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_forward_rows)(const gat_forward
     const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
     const acc_t slope = (acc_t)g->slope, scale = (acc_t)g->scale;
     double *mx = ws, *sum = ws + H;
-    acc_t *restrict w = (acc_t *)(ws + 2 * H), *restrict wv = w + H;  /* an entry's weights alpha m, by head and by feature */
+    acc_t *restrict w = (acc_t *)(ws + 2 * H), *restrict wv = w + H;  /* an entry's weights, by head, by feature */
     for (int64_t i = r0; i < r1; i++) {
         int64_t start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, 0, i, &start, &end)) return TSGU_EPTR_ORDER;
