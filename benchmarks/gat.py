@@ -173,6 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--cora", default=CORA)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--graphs", default="cora,powerlaw", help="comma-separated: cora, powerlaw")
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--memory-of", nargs=2, metavar=("CASE", "METHOD"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -182,11 +183,15 @@ def main(argv=None) -> int:
     import torch_geometric
 
     H.env_threads(a.threads)
-    mode = "quick" if a.quick else "full"
+    mode = ("quick" if a.quick else "full") + ("" if a.graphs == "cora,powerlaw" else "_" + a.graphs.replace(",", "_")) \
+        + ("" if a.threads == 2 else f"_{a.threads}threads")
     results = {"mode": mode, "threads": a.threads, "torch": torch.__version__,
                "torch_geometric": torch_geometric.__version__, "machine": platform.processor() or platform.machine(),
                "cases": []}
-    for case in ("cora", "powerlaw"):
+    for case in a.graphs.split(","):
+        if case == "cora" and not os.path.exists(a.cora):
+            print(f"skipping Cora: {a.cora} not found (--cora PATH)", flush=True)
+            continue
         x, ei = graph(case, a.quick, a.cora)
         row = {"graph": case, "nodes": x.shape[0], "edges": ei.shape[1], "check": check(case, x, ei),
                "time": time_steps(case, x, ei, REPS[case][a.quick])}
