@@ -320,8 +320,9 @@ def test_errors():
     with pytest.raises(TypeError, match="dim must be an int"):
         sparse_softmax(A, 1.0)
     S = SparseCSR.from_torch(A.to_sparse_csr())
-    with pytest.raises(ValueError, match="shape of col_indices"):
-        sparse_softmax(S._replace(values=S.values[:, None].expand(-1, 2)))
+    for values in (S.values[:, None, None].expand(-1, 2, 2), S.values[1:], S.values[1:, None]):
+        with pytest.raises(ValueError, match=r"shape of col_indices .* or that shape \+ \(heads,\)"):
+            sparse_softmax(S._replace(values=values))
 
 
 @pytest.mark.parametrize("route", [False, True], ids=["C", "torch_ops"])
