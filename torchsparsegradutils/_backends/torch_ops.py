@@ -379,7 +379,7 @@ def _torch_lse(values: torch.Tensor, group: torch.Tensor, ngroups: int, full) ->
 # ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
 def _groups(A: CSRView, by_rows: bool):
     """(group of each entry, number of groups): the global row or column."""
-    _, rows, cols = global_csr(A)
+    _, rows, cols = global_csr(A._replace(values=None))
     return (rows, A.batch * A.nrows) if by_rows else (cols, A.batch * A.ncols)
 
 
