@@ -44,19 +44,19 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_heads)(const real_t *
 {
     double s[4][TSGU_HEADS] = {{0}};
     acc_t sum[TSGU_HEADS];
-    for (int64_t e = 0; e < len; e++) {
-        double *se = s[e & 3];
-        if (is_log)
-            for (int64_t h = 0; h < hb; h++) se[h] += TSGU_LOAD(g[e * H + h]);
-        else
-            for (int64_t h = 0; h < hb; h++) se[h] += TSGU_LOAD(g[e * H + h]) * TSGU_LOAD(y[e * H + h]);
-    }
+    if (is_log)
+        for (int64_t e = 0; e < len; e++)
+            for (int64_t h = 0; h < hb; h++) s[e & 3][h] += TSGU_LOAD(g[e * H + h]);
+    else
+        for (int64_t e = 0; e < len; e++)
+            for (int64_t h = 0; h < hb; h++) s[e & 3][h] += TSGU_LOAD(g[e * H + h]) * TSGU_LOAD(y[e * H + h]);
     for (int64_t h = 0; h < hb; h++) sum[h] = (acc_t)((s[0][h] + s[1][h]) + (s[2][h] + s[3][h]));
-    for (int64_t e = 0; e < len; e++)
-        if (is_log)
+    if (is_log)
+        for (int64_t e = 0; e < len; e++)
             for (int64_t h = 0; h < hb; h++)
                 out[e * H + h] = TSGU_STORE(TSGU_LOAD(g[e * H + h]) - TSGU_EXP(TSGU_LOAD(y[e * H + h])) * sum[h]);
-        else
+    else
+        for (int64_t e = 0; e < len; e++)
             for (int64_t h = 0; h < hb; h++)
                 out[e * H + h] = TSGU_STORE(TSGU_LOAD(y[e * H + h]) * (TSGU_LOAD(g[e * H + h]) - sum[h]));
 }
