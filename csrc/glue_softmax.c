@@ -17,19 +17,20 @@ static int check_heads(long long heads)
     return -1;
 }
 
-/* ---- softmax_rows(ptr, col, val, batch, n, m, heads, log, out, nthreads) ----
+/* ---- softmax_rows(ptr, col, val, batch, n, m, heads, log, cols_checked, out, nthreads) ----
  * val, out (nnz, heads): the softmax (log-softmax with log) of every row's stored
- * values, each head on its own. */
+ * values, each head on its own; the columns are checked unless cols_checked (the
+ * caller has checked them: a COO tensor's indices). */
 PyObject *py_softmax_rows(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *o[4];
     long long batch, n, m, heads;
-    int is_log, nthreads, status;
+    int is_log, cols_checked, nthreads, status;
     call c = {0};
     tsgu_csr A;
-    if (!PyArg_ParseTuple(args, "OOOLLLLpOi", &o[0], &o[1], &o[2], &batch, &n, &m, &heads, &is_log, &o[3],
-                          &nthreads))
+    if (!PyArg_ParseTuple(args, "OOOLLLLppOi", &o[0], &o[1], &o[2], &batch, &n, &m, &heads, &is_log,
+                          &cols_checked, &o[3], &nthreads))
         return NULL;
     const char *names[4] = {"crow_indices", "col_indices", "values", "out"};
     const held *h = c.t;
@@ -42,7 +43,7 @@ PyObject *py_softmax_rows(PyObject *self, PyObject *args)
     if (entry_array(&h[2], &A, heads) || entry_array(&h[3], &A, heads)) return finish(&c, -1);
     void *out = data_of(&h[3]);
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_softmax_rows(&A, heads, is_log, out, nthreads);
+    status = tsgu_softmax_rows(&A, heads, is_log, !cols_checked, out, nthreads);
     Py_END_ALLOW_THREADS
     return finish(&c, status);
 }

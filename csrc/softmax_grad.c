@@ -5,9 +5,10 @@
  *     log-softmax:  gv_eh = g_eh - exp(y_eh) sum_{f in row r} g_fh
  * for every entry e of global row r and head h; y, g and gv are (nnz, H), at
  * e*H + h.  Only the row pointers are read (checked as they are read); a row's
- * sum runs in four fixed lanes by the entry's place in the row (vectorized along
- * the heads when there are several, with the same arithmetic as one head), by
- * one thread, so the bits do not depend on the thread count.  16-bit arrays are
+ * sum runs in four fixed lanes by the entry's place in the row (one head: in
+ * registers, the output vectorized along the row; several: vectorized along the
+ * heads, with the same sums), by one thread, so the bits do not depend on the
+ * thread count.  16-bit arrays are
  * computed in float and rounded once. */
 #include "tsgu.h"
 #include "tsgu_parallel.h"
@@ -61,6 +62,24 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_heads)(const real_t *
                 out[e * H + h] = TSGU_STORE(TSGU_LOAD(y[e * H + h]) * (TSGU_LOAD(g[e * H + h]) - sum[h]));
 }
 
+/* one head: the same lanes, kept in registers, the output vectorized along the row */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_row)(const real_t *y, const real_t *g, real_t *out,
+                                                                int64_t len, int is_log)
+{
+    double s[4] = {0, 0, 0, 0};
+    int64_t e = 0;
+    for (; e + 4 <= len; e += 4)
+        for (int l = 0; l < 4; l++)
+            s[l] += is_log ? TSGU_LOAD(g[e + l]) : (double)(TSGU_LOAD(g[e + l]) * TSGU_LOAD(y[e + l]));
+    for (int l = 0; l < 3; l++)
+        if (e + l < len) s[l] += is_log ? TSGU_LOAD(g[e + l]) : (double)(TSGU_LOAD(g[e + l]) * TSGU_LOAD(y[e + l]));
+    const acc_t sum = (acc_t)((s[0] + s[1]) + (s[2] + s[3]));
+    if (is_log)
+        for (e = 0; e < len; e++) out[e] = TSGU_STORE(TSGU_LOAD(g[e]) - TSGU_EXP(TSGU_LOAD(y[e])) * sum); /* vectorized */
+    else
+        for (e = 0; e < len; e++) out[e] = TSGU_STORE(TSGU_LOAD(y[e]) * (TSGU_LOAD(g[e]) - sum));
+}
+
 TSGU_ISA_ATTR static int TSGU_FN(softmax_grad_range)(void *vctx, int64_t r0, int64_t r1)
 {
     const softmax_grad_ctx *x = vctx;
@@ -71,8 +90,8 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_grad_range)(void *vctx, int64_t r0, int
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        if (H == 1) {    /* vectorized along the row */
-            TSGU_FN(softmax_grad_heads)(y + start, g + start, out + start, end - start, 1, 1, x->is_log);
+        if (H == 1) {
+            TSGU_FN(softmax_grad_row)(y + start, g + start, out + start, end - start, x->is_log);
             continue;
         }
         for (int64_t h0 = 0; h0 < H; h0 += TSGU_HEADS) {

@@ -5,13 +5,17 @@
  *     L_rh = log sum_{f in row r} exp(v_fh)
  * for every entry e of global row r = k*n + i and head h; the values are
  * (nnz, H), v_eh at e*H + h (H = 1: one value per entry).  Absent entries are
- * left out (an empty row has nothing to write).  Per row and head: one pass
- * for the max (checking the columns), one for the shifted sum of exps
+ * left out (an empty row has nothing to write).  The columns are only checked
+ * (in range, increasing in a row), unless the caller has checked them already
+ * (a COO tensor's indices, checked as its row pointers were built: skipping
+ * them spares a third of the memory traffic).  Per row and head: one pass
+ * for the max, one for the shifted sum of exps
  * (tsgu_lse.h's shift, tsgu_exp.h's vectorized exp, summed in four fixed lanes
  * by the entry's place in the row), one writing y (for softmax in float or
  * double: the exps, kept in y by the second pass, times the reciprocal of their
- * sum).  One head is vectorized along the row, several along the heads, with
- * the same arithmetic, so that head h of H gives the bits of a single-head call
+ * sum).  One head is vectorized along the row (its max in eight lanes: the
+ * max is exact in any order, NaNs skipped either way), several along the heads,
+ * with the same sums, so that head h of H gives the bits of a single-head call
  * on column h of the values.  Each row is done by one thread, so the bits do not
  * depend on the thread count.  16-bit values are computed in float and rounded once. */
 #include "tsgu.h"
@@ -21,21 +25,23 @@
 
 typedef struct {
     const tsgu_csr *A;
-    int64_t heads; /* H: values and y are (nnz, H) */
-    int is_log;    /* 1: log-softmax */
+    int64_t heads;  /* H: values and y are (nnz, H) */
+    int is_log;     /* 1: log-softmax */
+    int check_cols; /* 1: check the columns (0: the caller has) */
     void *out;     /* y, (nnz, H), in A's entry order */
 } softmax_rows_ctx;
 
-#define TSGU_BLOCK 64 /* entries of a one-head row whose exps are computed together */
+#define TSGU_BLOCK 64 /* entries of a one-head row whose exps are computed together (a multiple of TSGU_LANES) */
+#define TSGU_LANES 8  /* lanes of a one-head row's max */
 #define TSGU_HEADS 16 /* heads of a several-head row done together */
 
 #define TSGU_HALF_TOO 1
 #define TSGU_TEMPLATE_FILE "softmax_rows.c"
 #include "tsgu_template.h"
 
-int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, void *out, int nthreads)
+int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, int check_cols, void *out, int nthreads)
 {
-    softmax_rows_ctx x = {A, heads, is_log, out};
+    softmax_rows_ctx x = {A, heads, is_log, check_cols, out};
     return tsgu_parallel_rows(A, 8 * heads, nthreads, TSGU_PICK_HALF(softmax_rows_range, A->rtype, A->itype), &x);
 }
 
@@ -60,22 +66,37 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_finish)(const real_t *v, r
         for (int64_t e = 0; e < len; e++) y[e * H] = TSGU_STORE(TSGU_EXP((acc_t)(TSGU_LOAD(v[e * H]) - L)));
 }
 
-/* one head: the row's entries in blocks, vectorized along the row */
+/* one head: the row's entries in blocks, vectorized along the row; a block's exps
+ * are taken over whole vectors, padded with -inf (whose exp, 0, adds nothing to
+ * a sum: the bits are those of the unpadded sum) */
 TSGU_ISA_ATTR static void TSGU_FN(softmax_one_head)(const real_t *v, real_t *y, int64_t len, int keep,
                                                     int is_log)
 {
-    acc_t vmax = -INFINITY, buf[TSGU_BLOCK];
-    for (int64_t e = 0; e < len; e++) {
+    acc_t lane[TSGU_LANES], d[TSGU_BLOCK];  /* the max in independent lanes: no chain of compares */
+    for (int q = 0; q < TSGU_LANES; q++) lane[q] = -INFINITY;
+    int64_t e = 0;
+    for (; e + TSGU_LANES <= len; e += TSGU_LANES)
+        for (int q = 0; q < TSGU_LANES; q++) {                /* vectorized */
+            acc_t a = TSGU_LOAD(v[e + q]);
+            lane[q] = a > lane[q] ? a : lane[q];
+        }
+    for (; e < len; e++) {
         acc_t a = TSGU_LOAD(v[e]);
-        vmax = a > vmax ? a : vmax;
+        lane[0] = a > lane[0] ? a : lane[0];
     }
+    acc_t vmax = lane[0];
+    for (int q = 1; q < TSGU_LANES; q++) vmax = lane[q] > vmax ? lane[q] : vmax;
     const acc_t shift = (acc_t)tsgu_lse_shift(vmax, 0);
     double s[4] = {0, 0, 0, 0};
     for (int64_t e0 = 0; e0 < len; e0 += TSGU_BLOCK) {
-        int64_t w = len - e0 < TSGU_BLOCK ? len - e0 : TSGU_BLOCK;
-        acc_t *d = keep ? (acc_t *)(y + e0) : buf;  /* (keep: real_t is acc_t) */
-        for (int64_t q = 0; q < w; q++) d[q] = TSGU_EXP((acc_t)(TSGU_LOAD(v[e0 + q]) - shift)); /* vectorized */
-        for (int64_t q = 0; q < w; q++) s[q & 3] += d[q];
+        int64_t w = len - e0 < TSGU_BLOCK ? len - e0 : TSGU_BLOCK, wp = (w + TSGU_LANES - 1) & -TSGU_LANES;
+        for (int64_t q = 0; q < w; q++) d[q] = TSGU_LOAD(v[e0 + q]);
+        for (int64_t q = w; q < wp; q++) d[q] = -INFINITY;
+        for (int64_t q = 0; q < wp; q++) d[q] = TSGU_EXP((acc_t)(d[q] - shift)); /* vectorized */
+        for (int64_t q = 0; q < wp; q += 4)       /* lane l sums the entries l mod 4, kept in registers */
+            for (int l = 0; l < 4; l++) s[l] += d[q + l];
+        if (keep)
+            for (int64_t q = 0; q < w; q++) y[e0 + q] = (real_t)d[q];  /* (keep: real_t is acc_t) */
     }
     TSGU_FN(softmax_finish)(v, y, len, 1, shift, (s[0] + s[1]) + (s[2] + s[3]), keep, is_log);
 }
@@ -119,7 +140,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        for (int64_t e = start; e < end; e++) {
+        for (int64_t e = start; x->check_cols && e < end; e++) {
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;

@@ -162,7 +162,7 @@ int tsgu_lse_grad(const tsgu_csr *A, const void *row_lse, const void *row_grad,
                   const void *col_lse, const void *col_grad, void *out, int nthreads);
 /* softmax and log-softmax over each row's stored entries (softmax_rows.c) and their
  * values gradient (softmax_grad.c); the values, y, g and out are (nnz, heads): each head on its own */
-int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, void *out, int nthreads);
+int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, int check_cols, void *out, int nthreads);
 int tsgu_softmax_grad(const tsgu_csr *A, int64_t heads, const void *y, const void *g, int is_log, void *out,
                       int nthreads);
 

@@ -347,7 +347,7 @@ def test_kernels_check_their_arrays():
     from torchsparsegradutils import _C
     A = random_dense((4, 3), seed=14).to_sparse_csr()
     nnz = A.values().numel()
-    args = (A.crow_indices(), A.col_indices(), A.values().reshape(nnz, 1), 1, 4, 3, 1, False)
+    args = (A.crow_indices(), A.col_indices(), A.values().reshape(nnz, 1), 1, 4, 3, 1, False, False)
     with pytest.raises(ValueError, match="shape"):
         _C.softmax_rows(*args, torch.empty(nnz + 1, 1, dtype=torch.float64), 1)
     with pytest.raises(ValueError, match="shape"):      # (nnz, 2) values for one head
@@ -356,7 +356,7 @@ def test_kernels_check_their_arrays():
     with pytest.raises(TypeError, match="dtype"):
         _C.softmax_rows(*args, torch.empty(nnz, 1, dtype=torch.float32), 1)
     with pytest.raises(ValueError, match="heads must be at least 1"):
-        _C.softmax_rows(*args[:6], 0, False, torch.empty(nnz, 1, dtype=torch.float64), 1)
+        _C.softmax_rows(*args[:6], 0, False, False, torch.empty(nnz, 1, dtype=torch.float64), 1)
     y = torch.empty(nnz, 1, dtype=torch.float64)
     pattern = (A.crow_indices(), A.col_indices(), 1, 4, 3, 1)
     with pytest.raises(TypeError, match="dtype"):

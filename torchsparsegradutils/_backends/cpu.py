@@ -282,10 +282,16 @@ def softmax(view: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
         return lse_grad(view, None, (L, torch.ones_like(L)))
     if not by_rows:
         T, perm = _transposed(view, view.values)
-        return _scattered(softmax(T, True, log), perm, view.values)
+        return _scattered(_softmax_rows(T, heads, log, True), perm, view.values)
+    return _softmax_rows(view, heads, log, view.coo_indices is not None)
+
+
+def _softmax_rows(view: CSRView, heads: int, log: bool, cols_checked: bool) -> torch.Tensor:
+    """The kernel over rows; cols_checked: the columns need no check (a COO tensor's,
+    checked as its view was made, or the rows of A of a transpose's pattern)."""
     y = torch.empty(view.values.shape, dtype=view.values.dtype)
     _C.softmax_rows(view.ptr, view.col, plain(view.values).reshape(-1, heads), view.batch, view.nrows, view.ncols,
-                    heads, log, y.view(-1, heads), torch.get_num_threads())
+                    heads, log, cols_checked, y.view(-1, heads), torch.get_num_threads())
     return y
 
 
