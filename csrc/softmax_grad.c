@@ -22,7 +22,7 @@ typedef struct {
     void *out;         /* gv, (nnz, H) */
 } softmax_grad_ctx;
 
-#define TSGU_HEADS 16 /* heads of a row done together */
+#define TSGU_HEADS 8 /* heads of a row done together */
 
 #define TSGU_HALF_TOO 1
 #define TSGU_TEMPLATE_FILE "softmax_grad.c"
@@ -75,7 +75,8 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_row)(const real_t *y,
         if (e + l < len) s[l] += is_log ? TSGU_LOAD(g[e + l]) : (double)(TSGU_LOAD(g[e + l]) * TSGU_LOAD(y[e + l]));
     const acc_t sum = (acc_t)((s[0] + s[1]) + (s[2] + s[3]));
     if (is_log)
-        for (e = 0; e < len; e++) out[e] = TSGU_STORE(TSGU_LOAD(g[e]) - TSGU_EXP(TSGU_LOAD(y[e])) * sum); /* vectorized */
+        for (e = 0; e < len; e++)                                                 /* vectorized */
+            out[e] = TSGU_STORE(TSGU_LOAD(g[e]) - TSGU_EXP(TSGU_LOAD(y[e])) * sum);
     else
         for (e = 0; e < len; e++) out[e] = TSGU_STORE(TSGU_LOAD(y[e]) * (TSGU_LOAD(g[e]) - sum));
 }
@@ -94,11 +95,11 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_grad_range)(void *vctx, int64_t r0, int
             TSGU_FN(softmax_grad_row)(y + start, g + start, out + start, end - start, x->is_log);
             continue;
         }
-        for (int64_t h0 = 0; h0 < H; h0 += TSGU_HEADS) {
-            int64_t q = start * H + h0;
-            TSGU_FN(softmax_grad_heads)(y + q, g + q, out + q, end - start, H,
-                                        H - h0 < TSGU_HEADS ? H - h0 : TSGU_HEADS, x->is_log);
-        }
+        int64_t h0 = 0, q = start * H, len = end - start;
+        for (; h0 + TSGU_HEADS <= H; h0 += TSGU_HEADS)  /* whole groups: their width a constant */
+            TSGU_FN(softmax_grad_heads)(y + q + h0, g + q + h0, out + q + h0, len, H, TSGU_HEADS, x->is_log);
+        if (h0 < H)
+            TSGU_FN(softmax_grad_heads)(y + q + h0, g + q + h0, out + q + h0, len, H, H - h0, x->is_log);
     }
     return TSGU_OK;
 }

@@ -33,7 +33,7 @@ typedef struct {
 
 #define TSGU_BLOCK 64 /* entries of a one-head row whose exps are computed together (a multiple of TSGU_LANES) */
 #define TSGU_LANES 8  /* lanes of a one-head row's max */
-#define TSGU_HEADS 16 /* heads of a several-head row done together */
+#define TSGU_HEADS 8 /* heads of a several-head row done together */
 
 #define TSGU_HALF_TOO 1
 #define TSGU_TEMPLATE_FILE "softmax_rows.c"
@@ -49,21 +49,17 @@ int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, int check_co
 
 #include "tsgu_rows.h"
 
-/* The end of one head's row, its exps' sum in: y from the exps kept in y (keep), or from v. */
-TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_finish)(const real_t *v, real_t *y, int64_t len,
-                                                              int64_t H, acc_t shift, double sum, int keep,
-                                                              int is_log)
+/* One entry's result from c, its head's 1/sum (keep: x is the exp kept in y) or
+ * log-sum-exp L (x is the value): exp * (1/sum), v - L (log) or exp(v - L). */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_of)(acc_t x, acc_t c, int keep, int is_log)
 {
-    if (keep) {
-        const acc_t inv = (acc_t)(1.0 / sum);
-        for (int64_t e = 0; e < len; e++) y[e * H] = TSGU_STORE(TSGU_LOAD(y[e * H]) * inv);
-        return;
-    }
-    const acc_t L = (acc_t)tsgu_lse_finish(shift, sum, 0);
-    if (is_log)
-        for (int64_t e = 0; e < len; e++) y[e * H] = TSGU_STORE((acc_t)(TSGU_LOAD(v[e * H]) - L));
-    else
-        for (int64_t e = 0; e < len; e++) y[e * H] = TSGU_STORE(TSGU_EXP((acc_t)(TSGU_LOAD(v[e * H]) - L)));
+    return keep ? x * c : is_log ? (acc_t)(x - c) : TSGU_EXP((acc_t)(x - c));
+}
+
+/* c of a head from its shift and its exps' sum */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_c)(acc_t shift, double sum, int keep)
+{
+    return keep ? (acc_t)(1.0 / sum) : (acc_t)tsgu_lse_finish(shift, sum, 0);
 }
 
 /* one head: the row's entries in blocks, vectorized along the row; a block's exps
@@ -98,12 +94,14 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_one_head)(const real_t *v, real_t *y, 
         if (keep)
             for (int64_t q = 0; q < w; q++) y[e0 + q] = (real_t)d[q];  /* (keep: real_t is acc_t) */
     }
-    TSGU_FN(softmax_finish)(v, y, len, 1, shift, (s[0] + s[1]) + (s[2] + s[3]), keep, is_log);
+    const acc_t c = TSGU_FN(softmax_c)(shift, (s[0] + s[1]) + (s[2] + s[3]), keep);
+    const real_t *x = keep ? y : v;
+    for (e = 0; e < len; e++) y[e] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e]), c, keep, is_log)); /* vectorized */
 }
 
 /* hb <= TSGU_HEADS heads of H, starting at v and y: vectorized along the heads */
-TSGU_ISA_ATTR static void TSGU_FN(softmax_heads)(const real_t *v, real_t *y, int64_t len, int64_t H, int64_t hb,
-                                                 int keep, int is_log)
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_heads)(const real_t *v, real_t *y, int64_t len, int64_t H,
+                                                             int64_t hb, int keep, int is_log)
 {
     acc_t vmax[TSGU_HEADS], shift[TSGU_HEADS];
     double s[4][TSGU_HEADS] = {{0}};
@@ -122,9 +120,13 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_heads)(const real_t *v, real_t *y, int
             se[h] += d;
         }
     }
+    acc_t c[TSGU_HEADS];
     for (int64_t h = 0; h < hb; h++)
-        TSGU_FN(softmax_finish)(v + h, y + h, len, H, shift[h], (s[0][h] + s[1][h]) + (s[2][h] + s[3][h]), keep,
-                                is_log);
+        c[h] = TSGU_FN(softmax_c)(shift[h], (s[0][h] + s[1][h]) + (s[2][h] + s[3][h]), keep);
+    const real_t *x = keep ? y : v;
+    for (int64_t e = 0; e < len; e++)
+        for (int64_t h = 0; h < hb; h++)                                         /* vectorized */
+            y[e * H + h] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e * H + h]), c[h], keep, is_log));
 }
 
 TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int64_t r1)
@@ -150,9 +152,11 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int
             TSGU_FN(softmax_one_head)(Ax + start, out + start, end - start, keep, x->is_log);
             continue;
         }
-        for (int64_t h0 = 0; h0 < H; h0 += TSGU_HEADS)
-            TSGU_FN(softmax_heads)(Ax + start * H + h0, out + start * H + h0, end - start, H,
-                                   H - h0 < TSGU_HEADS ? H - h0 : TSGU_HEADS, keep, x->is_log);
+        int64_t h0 = 0, len = end - start;
+        for (; h0 + TSGU_HEADS <= H; h0 += TSGU_HEADS)  /* whole groups: their width a constant */
+            TSGU_FN(softmax_heads)(Ax + start * H + h0, out + start * H + h0, len, H, TSGU_HEADS, keep, x->is_log);
+        if (h0 < H)
+            TSGU_FN(softmax_heads)(Ax + start * H + h0, out + start * H + h0, len, H, H - h0, keep, x->is_log);
     }
     return TSGU_OK;
 }

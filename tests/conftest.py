@@ -660,7 +660,8 @@ def _make_sampled_addmm_sparse_csr(spec: Spec) -> Case:
                 _sampled_addmm_ref(pattern, dense, spec.variant, values.shape), build=lambda v: S._replace(values=v))
 
 
-_SAMPLED_ADDMM_XY = "torch.ones(*A.shape[:-1], 2, dtype=A.dtype), torch.ones(*A.shape[:-2], 2, A.shape[-1], dtype=A.dtype)"
+_SAMPLED_ADDMM_XY = ("torch.ones(*A.shape[:-1], 2, dtype=A.dtype), "
+                     "torch.ones(*A.shape[:-2], 2, A.shape[-1], dtype=A.dtype)")
 
 
 def _make_gather_mm(spec: Spec) -> Case:
