@@ -367,12 +367,16 @@ def test_kernels_check_their_arrays():
         _C.softmax_grad(*pattern[:-1], 2, y.expand(-1, 2), y.expand(-1, 2), False, torch.empty(nnz, 2).double(), 1)
 
 
-@pytest.mark.parametrize("kind", ["csr", "batched_csr", "batched_coo"])
+@pytest.mark.parametrize("kind", ["csr", "batched_csr", "batched_coo", "multi_head"])
 def test_compiled_sparse_csr_matches_eager(kind):
-    """fullgraph=True on a SparseCSR: outputs and values gradients as eager."""
-    D = random_dense((2, 6, 5) if kind.startswith("batched") else (6, 5), seed=15, same_pattern=kind == "batched_csr")
-    A = D.to_sparse_csr() if kind.endswith("csr") else D.to_sparse()
-    S = SparseCSR.from_torch(A)
+    """fullgraph=True on a SparseCSR (multi_head: (nnz, 4) values): outputs and values
+    gradients as eager."""
+    if kind == "multi_head":
+        S, _ = multi_head("csr", heads=4, seed=15)
+    else:
+        D = random_dense((2, 6, 5) if kind.startswith("batched") else (6, 5), seed=15,
+                         same_pattern=kind == "batched_csr")
+        S = SparseCSR.from_torch(D.to_sparse_csr() if kind.endswith("csr") else D.to_sparse())
 
     def model(w):
         T = S._replace(values=w)
@@ -473,23 +477,6 @@ def test_multi_head_same_bits_for_any_thread_count(heads):
     for r in results[1:]:
         assert all(torch.equal(x, y) for x, y in zip(results[0], r))
     assert torch.equal(results[0][0][:, 0], sparse_softmax(S._replace(values=values[:, 0].contiguous())).values)
-
-
-def test_multi_head_compiles():
-    S, _ = multi_head("csr", torch.float32, heads=4, seed=23)
-
-    def model(w):
-        T = S._replace(values=w)
-        return sparse_softmax(T).values * 2 + sparse_log_softmax(T, -2).values
-
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    outs = []
-    for fn in (compiled, model):
-        w = S.values.clone().requires_grad_()
-        y = fn(w)
-        y.sum().backward()
-        outs.append((y.detach(), w.grad))
-    torch.testing.assert_close(outs[0], outs[1])
 
 
 def test_multi_head_custom_op_opcheck():
