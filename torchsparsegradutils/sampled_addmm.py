@@ -3,7 +3,9 @@
 The product at the pattern is an SDDMM, ``p[e] = dot(X[i, :], Y[:, j])`` for every
 stored entry ``e = (i, j)``: _backends.sddmm (csrc/sddmm.c on CPU) reads X's rows
 and the rows of ``Y^T`` (``Y.mT`` is a free view when Y is itself a transpose, as
-``W.t()``; otherwise a copy of Y's k x m, never anything of size nnz x k).  Its
+``W.t()``; otherwise a copy of Y's k x m, never anything of size nnz x k; the
+eager Function makes it once for the forward and grad_X, the custom op, which
+saves the view so that an edit of Y in place is caught, in each).  Its
 gradients are the sparse products of the pattern holding G = dL/d(result values):
 ``grad_X = alpha * G @ Y^T`` (spmm) and ``grad_Y = alpha * X^T @ G`` (spmm_t, as
 ``(G^T @ X)^T``), and ``grad_A = beta * G`` at the pattern: no dense n x m and no
@@ -173,11 +175,11 @@ class SampledAddmm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, X, Y, beta, alpha):
         view = as_csr(A.detach())
-        Yt = Y.detach().mT
+        Yt = Y.detach().mT.contiguous()
         values = _combine(view.values, _backends.sddmm(view, X.detach(), Yt).reshape(view.values.shape), beta,
                           alpha)
-        save_operand(ctx, A, view, False, X if ctx.needs_input_grad[2] else None,
-                     Y if ctx.needs_input_grad[1] else None)
+        need_x, need_y = ctx.needs_input_grad[1:3]    # Y saved with Yt: its edits in place are caught
+        save_operand(ctx, A, view, False, X if need_y else None, Y if need_x else None, Yt if need_x else None)
         ctx.beta, ctx.alpha = beta, alpha
         return view.grad_like(values)
 
@@ -186,11 +188,11 @@ class SampledAddmm(torch.autograd.Function):
         if torch.is_grad_enabled():          # create_graph=True: a graph of the backward is wanted
             raise RuntimeError("sampled_addmm of a torch sparse tensor is differentiable once; for second "
                                "derivatives (create_graph=True) pass a SparseCSR")
-        view, _, (X, Y) = load_operand(ctx)
+        view, _, (X, _, Yt) = load_operand(ctx)
         g = kernel_array(view.values_at(G))
         need_a, need_x, need_y = ctx.needs_input_grad[:3]
         gview = view._replace(values=g if ctx.alpha == 1 else ctx.alpha * g)
         gA = view.grad_like(g if ctx.beta == 1 else ctx.beta * g) if need_a else None
-        gX = _backends.spmm(gview, Y.mT) if need_x else None
+        gX = _backends.spmm(gview, Yt) if need_x else None
         gY = _backends.spmm_t(gview, X).mT if need_y else None
         return gA, gX, gY, None, None
