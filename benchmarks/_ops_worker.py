@@ -455,7 +455,8 @@ def main() -> None:
                 prep = prepare(name, case["op"], case["params"], inp)
                 if job["mode"] == "time":
                     row["check"] = check(prep, inp, ref)
-                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=1, budget_s=1.0, max_reps=9)
+                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=1, budget_s=1.0, max_reps=9,
+                                                  cpu_time=job.get("cpu_time", False))
                 else:
                     row["memory"] = H.peak_memory(prep, inp["G"])
                     row["memory"]["necessary_bytes"] = necessary_bytes(case["op"], case["params"], inp)
