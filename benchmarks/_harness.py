@@ -276,16 +276,18 @@ def _stats(ts: List[float]) -> Dict[str, float]:
 
 
 def time_method(prep: Prepared, G: torch.Tensor, reps: int, warmup: int = 1,
-                budget_s: float = 0.3, max_reps: int = 30) -> Dict[str, object]:
+                budget_s: float = 0.3, max_reps: int = 30, cpu_time: bool = False) -> Dict[str, object]:
     """Median and min of forward, backward (grad_A + grad_B) and forward+backward.
 
     Forward is timed on its own loop; backward and forward+backward come from one
     loop of training steps (forward, then autograd.grad), each step split at the
     end of its forward.  At least `reps` runs per loop, more (up to `max_reps`)
     for cheap calls, so that a loop takes about `budget_s`.  Call after `check`,
-    whose run is the first warm-up; `warmup` more steps follow it."""
+    whose run is the first warm-up; `warmup` more steps follow it.  With cpu_time,
+    the process's CPU time (all its threads) instead of the wall clock: on a machine
+    shared with other work, what the call costs without the waits for a core."""
     fn, leaves = prep.fn, prep.leaves
-    clock = time.perf_counter
+    clock = time.process_time if cpu_time else time.perf_counter
     do_bwd = prep.bwd_skip is None
     t_step = 0.0
     for _ in range(warmup):

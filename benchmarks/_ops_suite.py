@@ -75,6 +75,8 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     ap.add_argument("--setup-published", action="store_true", help="create the venv in quick mode too")
     ap.add_argument("--no-published", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="time the process's CPU time, not the wall clock (a machine shared with other work)")
     args = ap.parse_args(argv)
     if not published:
         args.no_published = True
@@ -91,7 +93,7 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
         pub_py, pub_msg = ensure_published(os.path.abspath(args.venv), create=(mode == "full" or args.setup_published))
     print(f"published release: {pub_msg if pub_py else 'unavailable: ' + pub_msg}", flush=True)
 
-    job = {"reps": max(5, args.reps), "threads": args.threads}
+    job = {"reps": max(5, args.reps), "threads": args.threads, "cpu_time": args.cpu_time}
     recs: Dict[tuple, dict] = {}
     # The quick mode starts each worker once for all cases; the full mode once per case.
     for batch in [cases] if args.quick else [[c] for c in cases]:
@@ -123,7 +125,8 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     summary = ratios(results, local[0], compare)
     out_doc = {"name": name, "mode": mode, "machine": machine, "published": {"available": bool(pub_py),
                "detail": pub_msg}, "threads": args.threads, "reps": job["reps"], "elapsed_s": time.time() - t0,
-               "cases": cases, "results": results, "compare": list(compare), "ratios": summary}
+               "cases": cases, "results": results, "compare": list(compare), "ratios": summary,
+               "clock": "process CPU time" if args.cpu_time else "wall"}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{name}_{mode}")
     with open(stem + ".json", "w") as f:
@@ -174,7 +177,9 @@ def markdown(doc: dict, local: List[str]) -> str:
     lines = [f"# {doc['name']} benchmarks ({doc['mode']})", "",
              f"{m['cpu']}, {m['cores']} cores, {doc['threads']} threads, torch {m['torch']}; other load "
              f"{m['background_cpus_busy_start']:.2f} / {m['background_cpus_busy_end']:.2f} CPUs busy at start / end. "
-             f"Median of >= {doc['reps']} runs after a warm-up; every method checked against a float64 reference "
+             f"Median of >= {doc['reps']} runs after a warm-up"
+             f"{' (process CPU time, all threads, not the wall clock)' if doc.get('clock') == 'process CPU time' else ''}"
+             f"; every method checked against a float64 reference "
              f"first (rows that fail are marked). Published release: {doc['published']['detail']}.", "",
              "| case | method | fwd ms | bwd ms | fwd+bwd ms | peak MB | necessary MB | check |",
              "|---|---|---:|---:|---:|---:|---:|---|"]

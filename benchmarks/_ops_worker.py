@@ -20,7 +20,7 @@ products, scatter_reduce / scatter_add for log-sum-exp); for sparse_mm_reduce,
 "scatter" (index_select of B's rows times the values, scatter_reduce by row: what
 GNN code falls back to); for sparse_softmax, "ours" on a COO tensor built from the
 values by our sparse_coo_tensor, "ours torch COO" by torch.sparse_coo_tensor, "ours CSR"
-on our sparse_csr_tensor, "torch COO" (torch.sparse.softmax on torch's COO tensor) and "scatter" (PyG's softmax: scatter max, exp, scatter sum, divide);
+on our sparse_csr_tensor (with (nnz, H) values of several heads, "ours" is a SparseCSR's), "torch COO" (torch.sparse.softmax on torch's COO tensor) and "scatter" (PyG's softmax: scatter max, exp, scatter sum, divide);
 for spgemm (C = A @ B, both sparse, the output C's values), "ours" and "torch COO" on
 leaf COO tensors, "ours CSR" and "torch CSR" on leaf CSR tensors (PyTorch's CSR @ CSR
 has no backward; its rows' columns come unsorted) and "scipy" (``A @ B`` of SciPy's
@@ -97,13 +97,15 @@ def _reduce_inputs(params: dict, gen: torch.Generator) -> dict:
 
 def _softmax_inputs(params: dict, gen: torch.Generator) -> dict:
     """sparse_softmax: an n x n pattern of _matrices ("uniform" or "powerlaw", per_row
-    entries per row on average), values N(0, 1) and the output's gradient G (nnz,), float32;
-    `group` the row (dim 1) or column (dim 0) of every entry."""
+    entries per row on average), values N(0, 1) and the output's gradient G (nnz,), or
+    (nnz, H) for `heads` H > 1 (multi-head attention scores), float32; `group` the row
+    (dim 1) or column (dim 0) of every entry."""
     idx, shape = M.pattern(M.MatrixSpec(params["graph"], params["n"], params["n"], per_row=params["per_row"]))
-    values = torch.randn(idx.shape[1], generator=gen)
-    csr = torch.sparse_coo_tensor(idx, values, shape, is_coalesced=True).to_sparse_csr()
+    per_entry = (idx.shape[1], params["heads"]) if params.get("heads", 1) > 1 else (idx.shape[1],)
+    values = torch.randn(per_entry, generator=gen)
+    csr = torch.sparse_coo_tensor(idx, torch.ones(idx.shape[1]), shape, is_coalesced=True).to_sparse_csr()
     return {"indices": idx, "shape": shape, "crow": csr.crow_indices(), "col": csr.col_indices(), "values": values,
-            "group": idx[0] if params["dim"] == 1 else idx[1], "G": torch.randn(idx.shape[1], generator=gen)}
+            "group": idx[0] if params["dim"] == 1 else idx[1], "G": torch.randn(per_entry, generator=gen)}
 
 
 def _spgemm_inputs(params: dict, gen: torch.Generator) -> dict:
@@ -186,10 +188,13 @@ def _scatter_reduce(values, B, rows, cols, n, reduce):
 
 def _scatter_softmax(v, group, ngroups):
     """PyG's softmax in plain PyTorch: the group max (scatter_reduce amax) gathered back,
-    exp, the group sum (scatter_add) gathered back, divide."""
-    mx = torch.zeros(ngroups, dtype=v.dtype).scatter_reduce(0, group, v.detach(), "amax", include_self=False)
+    exp, the group sum (scatter_add) gathered back, divide; v (nnz,) or (nnz, H), each
+    head on its own as PyG's index broadcast does."""
+    at = group.view(-1, *([1] * (v.dim() - 1))).expand(v.shape)
+    out_shape = (ngroups, *v.shape[1:])
+    mx = torch.zeros(out_shape, dtype=v.dtype).scatter_reduce(0, at, v.detach(), "amax", include_self=False)
     e = (v - mx.index_select(0, group)).exp()
-    s = torch.zeros(ngroups, dtype=v.dtype).scatter_add(0, group, e) + 1e-16
+    s = torch.zeros(out_shape, dtype=v.dtype).scatter_add(0, at, e) + 1e-16
     return e / s.index_select(0, group)
 
 
@@ -201,6 +206,18 @@ def _prepare_softmax(method: str, params: dict, inp: dict):
         fn = lambda v: _scatter_softmax(v, inp["group"], shape[1 - dim])  # noqa: E731
         return H.Prepared([_leaf(inp["values"])], fn, lambda g: g[0])
     coo = lambda v: torch.sparse_coo_tensor(idx, v, shape, is_coalesced=True)  # noqa: E731
+    if inp["values"].dim() == 2:       # heads: ours on a SparseCSR with (nnz, H) values; torch's hybrid COO
+        if method == "ours":
+            import torchsparsegradutils as tsgu
+            S = tsgu.SparseCSR(inp["crow"], inp["col"], inp["values"], shape)
+            fn = lambda v: tsgu.sparse_softmax(S._replace(values=v), dim).values  # noqa: E731
+        elif method == "torch COO":
+            hybrid = (*shape, inp["values"].shape[1])
+            fn = lambda v: torch.sparse.softmax(  # noqa: E731
+                torch.sparse_coo_tensor(idx, v, hybrid, is_coalesced=True), dim).values()
+        else:
+            raise H.Skip("(nnz, H) values: ours on a SparseCSR only")
+        return H.Prepared([_leaf(inp["values"])], fn, lambda g: g[0])
     if method in ("ours", "ours CSR", "ours torch COO"):
         import torchsparsegradutils as tsgu
         if method == "ours":           # our constructor: its backward hands the values gradient through
@@ -438,7 +455,8 @@ def main() -> None:
                 prep = prepare(name, case["op"], case["params"], inp)
                 if job["mode"] == "time":
                     row["check"] = check(prep, inp, ref)
-                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=1, budget_s=1.0, max_reps=9)
+                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=1, budget_s=1.0, max_reps=9,
+                                                  cpu_time=job.get("cpu_time", False))
                 else:
                     row["memory"] = H.peak_memory(prep, inp["G"])
                     row["memory"]["necessary_bytes"] = necessary_bytes(case["op"], case["params"], inp)

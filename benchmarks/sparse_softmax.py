@@ -10,7 +10,10 @@ Square n x n patterns of benchmarks/_matrices.py, 16 entries per row on average:
 uniform random columns, and power-law row degrees (a few hub rows of 10^4 entries,
 rows shuffled); values N(0, 1), float32, learnable (the gradient of the values);
 softmax over each row (dim=1, the edge softmax of graph attention) and, in the full
-mode, over each column (dim=0); forward, and forward + backward.  Methods: ours on a
+mode, over each column (dim=0); forward, and forward + backward.  Multi-head cases
+(H=8 heads, 10 entries per row: E = 10^6 edges, the common GAT case): values (E, H),
+"ours" on a SparseCSR (a torch sparse tensor holds one value per entry here),
+torch.sparse.softmax on a hybrid COO tensor, PyG's scatter softmax on (E, H) values.  Methods: ours on a
 COO tensor built with ``torchsparsegradutils.sparse_coo_tensor`` from the values (whose
 backward hands the values gradient through), ours on a CSR tensor built with
 ``torchsparsegradutils.sparse_csr_tensor``, ours on a COO tensor built with
@@ -31,14 +34,17 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see 
 from . import _ops_suite  # noqa: E402
 
 
-def _case(graph, n, dim, per_row=16):
-    return {"op": "sparse_softmax", "label": f"{graph} n={n:.0e} x{per_row} {'rows' if dim == 1 else 'cols'}",
-            "params": {"graph": graph, "n": n, "per_row": per_row, "dim": dim}}
+def _case(graph, n, dim, per_row=16, heads=1):
+    label = f"{graph} n={n:.0e} x{per_row} {'rows' if dim == 1 else 'cols'}" + (f" H={heads}" if heads > 1 else "")
+    return {"op": "sparse_softmax", "label": label,
+            "params": {"graph": graph, "n": n, "per_row": per_row, "dim": dim, "heads": heads}}
 
 
 GRIDS = {
-    "full": [_case(g, n, d) for n in (100_000, 1_000_000) for g in ("uniform", "powerlaw") for d in (1, 0)],
-    "quick": [_case(g, 100_000, 1) for g in ("uniform", "powerlaw")],
+    "full": [_case(g, n, d) for n in (100_000, 1_000_000) for g in ("uniform", "powerlaw") for d in (1, 0)]
+    + [_case(g, 100_000, 1, per_row=10, heads=8) for g in ("uniform", "powerlaw")],
+    "quick": [_case(g, 100_000, 1) for g in ("uniform", "powerlaw")]
+    + [_case("uniform", 100_000, 1, per_row=10, heads=8)],
 }
 
 if __name__ == "__main__":

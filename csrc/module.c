@@ -273,8 +273,8 @@ static PyMethodDef methods[] = {
      "lse_cols(crow, col, values, batch, n, m, include_zeros, out, nthreads)"},
     {"lse_grad", py_lse_grad, METH_VARARGS,
      "lse_grad(crow, col, values, batch, n, m, row_lse, row_grad, col_lse, col_grad, out, nthreads)"},
-    {"softmax_rows", py_softmax_rows, METH_VARARGS, "softmax_rows(crow, col, values, batch, n, m, log, out, nthreads)"},
-    {"softmax_grad", py_softmax_grad, METH_VARARGS, "softmax_grad(crow, col, batch, n, m, y, grad, log, out, nthreads)"},
+    {"softmax_rows", py_softmax_rows, METH_VARARGS, "softmax_rows(crow, col, values, batch, n, m, heads, log, cols_checked, out, nthreads)"},
+    {"softmax_grad", py_softmax_grad, METH_VARARGS, "softmax_grad(crow, col, batch, n, m, heads, y, grad, log, out, nthreads)"},
     /* graph_attention (glue_gat.c) */
     {"gat_forward", py_gat_forward, METH_VARARGS,
      "gat_forward(crow, col, n, m, x, s, d, seed, drop, scale, slope, alpha, out, nthreads)"},

@@ -1,15 +1,23 @@
 #ifndef TSGU_IN_TEMPLATE
 /* softmax_rows.c: softmax, or log-softmax, over the stored entries of every row
- * of a sparse matrix (each item of a batch)
- *     y_e = exp(v_e - L_r)        (log: y_e = v_e - L_r)
- *     L_r = log sum_{f in row r} exp(v_f)
- * for every entry e of global row r = k*n + i; absent entries are left out (an
- * empty row has nothing to write).  Per row: one pass for the max (checking the
- * columns), one for the shifted sum of exps (tsgu_lse.h's shift and finish,
- * tsgu_exp.h's vectorized exp, four fixed lanes), one writing y (for softmax in
- * float or double: the exps, kept in y by the second pass, divided by their sum).  Each row is
- * done by one thread, so the bits do not depend on the thread count.  16-bit
- * values are computed in float and rounded once. */
+ * of a sparse matrix (each item of a batch), for each of H heads
+ *     y_eh = exp(v_eh - L_rh)        (log: y_eh = v_eh - L_rh)
+ *     L_rh = log sum_{f in row r} exp(v_fh)
+ * for every entry e of global row r = k*n + i and head h; the values are
+ * (nnz, H), v_eh at e*H + h (H = 1: one value per entry).  Absent entries are
+ * left out (an empty row has nothing to write).  The columns are only checked
+ * (in range, increasing in a row), unless the caller has checked them already
+ * (a COO tensor's indices, checked as its row pointers were built: skipping
+ * them spares a third of the memory traffic).  Per row and head: one pass
+ * for the max, one for the shifted sum of exps
+ * (tsgu_lse.h's shift, tsgu_exp.h's vectorized exp, summed in four fixed lanes
+ * by the entry's place in the row), one writing y (for softmax in float or
+ * double: the exps, kept in y by the second pass, times the reciprocal of their
+ * sum).  One head is vectorized along the row (its max in eight lanes: the
+ * max is exact in any order, NaNs skipped either way), several along the heads,
+ * with the same sums, so that head h of H gives the bits of a single-head call
+ * on column h of the values.  Each row is done by one thread, so the bits do not
+ * depend on the thread count.  16-bit values are computed in float and rounded once. */
 #include "tsgu.h"
 #include "tsgu_lse.h"
 #include "tsgu_parallel.h"
@@ -17,25 +25,109 @@
 
 typedef struct {
     const tsgu_csr *A;
-    int is_log; /* 1: log-softmax */
-    void *out; /* y, one per stored entry, in A's entry order */
+    int64_t heads;  /* H: values and y are (nnz, H) */
+    int is_log;     /* 1: log-softmax */
+    int check_cols; /* 1: check the columns (0: the caller has) */
+    void *out;     /* y, (nnz, H), in A's entry order */
 } softmax_rows_ctx;
 
-#define TSGU_BLOCK 64 /* entries of a row whose exps are computed together */
+#define TSGU_BLOCK 64 /* entries of a one-head row whose exps are computed together (a multiple of TSGU_LANES) */
+#define TSGU_LANES 8  /* lanes of a one-head row's max */
+#define TSGU_HEADS 8 /* heads of a several-head row done together */
 
 #define TSGU_HALF_TOO 1
 #define TSGU_TEMPLATE_FILE "softmax_rows.c"
 #include "tsgu_template.h"
 
-int tsgu_softmax_rows(const tsgu_csr *A, int is_log, void *out, int nthreads)
+int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, int check_cols, void *out, int nthreads)
 {
-    softmax_rows_ctx x = {A, is_log, out};
-    return tsgu_parallel_rows(A, 8, nthreads, TSGU_PICK_HALF(softmax_rows_range, A->rtype, A->itype), &x);
+    softmax_rows_ctx x = {A, heads, is_log, check_cols, out};
+    return tsgu_parallel_rows(A, 8 * heads, nthreads, TSGU_PICK_HALF(softmax_rows_range, A->rtype, A->itype), &x);
 }
 
 #else /* template body: real_t, acc_t, idx_t, TSGU_LOAD, TSGU_STORE, TSGU_FN */
 
 #include "tsgu_rows.h"
+
+/* One entry's result from c, its head's 1/sum (keep: x is the exp kept in y) or
+ * log-sum-exp L (x is the value): exp * (1/sum), v - L (log) or exp(v - L). */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_of)(acc_t x, acc_t c, int keep, int is_log)
+{
+    return keep ? x * c : is_log ? (acc_t)(x - c) : TSGU_EXP((acc_t)(x - c));
+}
+
+/* c of a head from its shift and its exps' sum */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_c)(acc_t shift, double sum, int keep)
+{
+    return keep ? (acc_t)(1.0 / sum) : (acc_t)tsgu_lse_finish(shift, sum, 0);
+}
+
+/* one head: the row's entries in blocks, vectorized along the row; a block's exps
+ * are taken over whole vectors, padded with -inf (whose exp, 0, adds nothing to
+ * a sum: the bits are those of the unpadded sum) */
+TSGU_ISA_ATTR static void TSGU_FN(softmax_one_head)(const real_t *v, real_t *y, int64_t len, int keep,
+                                                    int is_log)
+{
+    acc_t lane[TSGU_LANES], d[TSGU_BLOCK];  /* the max in independent lanes: no chain of compares */
+    for (int q = 0; q < TSGU_LANES; q++) lane[q] = -INFINITY;
+    int64_t e = 0;
+    for (; e + TSGU_LANES <= len; e += TSGU_LANES)
+        for (int q = 0; q < TSGU_LANES; q++) {                /* vectorized */
+            acc_t a = TSGU_LOAD(v[e + q]);
+            lane[q] = a > lane[q] ? a : lane[q];
+        }
+    for (; e < len; e++) {
+        acc_t a = TSGU_LOAD(v[e]);
+        lane[0] = a > lane[0] ? a : lane[0];
+    }
+    acc_t vmax = lane[0];
+    for (int q = 1; q < TSGU_LANES; q++) vmax = lane[q] > vmax ? lane[q] : vmax;
+    const acc_t shift = (acc_t)tsgu_lse_shift(vmax, 0);
+    double s[4] = {0, 0, 0, 0};
+    for (int64_t e0 = 0; e0 < len; e0 += TSGU_BLOCK) {
+        int64_t w = len - e0 < TSGU_BLOCK ? len - e0 : TSGU_BLOCK, wp = (w + TSGU_LANES - 1) & -TSGU_LANES;
+        for (int64_t q = 0; q < w; q++) d[q] = TSGU_LOAD(v[e0 + q]);
+        for (int64_t q = w; q < wp; q++) d[q] = -INFINITY;
+        for (int64_t q = 0; q < wp; q++) d[q] = TSGU_EXP((acc_t)(d[q] - shift)); /* vectorized */
+        for (int64_t q = 0; q < wp; q += 4)       /* lane l sums the entries l mod 4, kept in registers */
+            for (int l = 0; l < 4; l++) s[l] += d[q + l];
+        if (keep)
+            for (int64_t q = 0; q < w; q++) y[e0 + q] = (real_t)d[q];  /* (keep: real_t is acc_t) */
+    }
+    const acc_t c = TSGU_FN(softmax_c)(shift, (s[0] + s[1]) + (s[2] + s[3]), keep);
+    const real_t *x = keep ? y : v;
+    for (e = 0; e < len; e++) y[e] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e]), c, keep, is_log)); /* vectorized */
+}
+
+/* hb <= TSGU_HEADS heads of H, starting at v and y: vectorized along the heads */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_heads)(const real_t *v, real_t *y, int64_t len, int64_t H,
+                                                             int64_t hb, int keep, int is_log)
+{
+    acc_t vmax[TSGU_HEADS], shift[TSGU_HEADS];
+    double s[4][TSGU_HEADS] = {{0}};
+    for (int64_t h = 0; h < hb; h++) vmax[h] = -INFINITY;
+    for (int64_t e = 0; e < len; e++)
+        for (int64_t h = 0; h < hb; h++) {
+            acc_t a = TSGU_LOAD(v[e * H + h]);
+            vmax[h] = a > vmax[h] ? a : vmax[h];
+        }
+    for (int64_t h = 0; h < hb; h++) shift[h] = (acc_t)tsgu_lse_shift(vmax[h], 0);
+    for (int64_t e = 0; e < len; e++) {
+        double *se = s[e & 3];
+        for (int64_t h = 0; h < hb; h++) {
+            acc_t d = TSGU_EXP((acc_t)(TSGU_LOAD(v[e * H + h]) - shift[h])); /* vectorized */
+            if (keep) y[e * H + h] = (real_t)d;                                  /* (keep: real_t is acc_t) */
+            se[h] += d;
+        }
+    }
+    acc_t c[TSGU_HEADS];
+    for (int64_t h = 0; h < hb; h++)
+        c[h] = TSGU_FN(softmax_c)(shift[h], (s[0][h] + s[1][h]) + (s[2][h] + s[3][h]), keep);
+    const real_t *x = keep ? y : v;
+    for (int64_t e = 0; e < len; e++)
+        for (int64_t h = 0; h < hb; h++)                                         /* vectorized */
+            y[e * H + h] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e * H + h]), c[h], keep, is_log));
+}
 
 TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int64_t r1)
 {
@@ -44,38 +136,27 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int
     const idx_t *Aj = A->col;
     const real_t *Ax = A->val;
     real_t *out = x->out;
-    int64_t n = A->nrows, m = A->ncols;
-    acc_t buf[TSGU_BLOCK];
+    const int64_t n = A->nrows, m = A->ncols, H = x->heads;
+    /* softmax of a full-width type: the exps go straight into y, scaled by 1/sum after */
+    const int keep = !x->is_log && !TSGU_NARROW;
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
-        acc_t vmax = -INFINITY;
-        for (int64_t e = start; e < end; e++) {
+        for (int64_t e = start; x->check_cols && e < end; e++) {
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
-            acc_t v = TSGU_LOAD(Ax[e]);
-            vmax = v > vmax ? v : vmax;
         }
         if (start == end) continue;
-        const acc_t shift = (acc_t)tsgu_lse_shift(vmax, 0);
-        /* softmax of a full-width type: the exps go straight into y, divided by the sum after */
-        const int keep = !x->is_log && !TSGU_NARROW;
-        double s[4] = {0, 0, 0, 0};
-        for (int64_t e0 = start; e0 < end; e0 += TSGU_BLOCK) {
-            int64_t w = end - e0 < TSGU_BLOCK ? end - e0 : TSGU_BLOCK;
-            acc_t *d = keep ? (acc_t *)(out + e0) : buf;  /* (keep: real_t is acc_t) */
-            for (int64_t q = 0; q < w; q++) d[q] = TSGU_EXP((acc_t)(TSGU_LOAD(Ax[e0 + q]) - shift)); /* vectorized */
-            for (int64_t q = 0; q < w; q++) s[q & 3] += d[q];
+        if (H == 1) {
+            TSGU_FN(softmax_one_head)(Ax + start, out + start, end - start, keep, x->is_log);
+            continue;
         }
-        const double sum = (s[0] + s[1]) + (s[2] + s[3]);
-        const acc_t L = (acc_t)tsgu_lse_finish(shift, sum, 0), ssum = (acc_t)sum;
-        if (keep)
-            for (int64_t e = start; e < end; e++) out[e] = TSGU_STORE(TSGU_LOAD(out[e]) / ssum);
-        else if (x->is_log)
-            for (int64_t e = start; e < end; e++) out[e] = TSGU_STORE((acc_t)(TSGU_LOAD(Ax[e]) - L));
-        else
-            for (int64_t e = start; e < end; e++) out[e] = TSGU_STORE(TSGU_EXP((acc_t)(TSGU_LOAD(Ax[e]) - L)));
+        int64_t h0 = 0, len = end - start;
+        for (; h0 + TSGU_HEADS <= H; h0 += TSGU_HEADS)  /* whole groups: their width a constant */
+            TSGU_FN(softmax_heads)(Ax + start * H + h0, out + start * H + h0, len, H, TSGU_HEADS, keep, x->is_log);
+        if (h0 < H)
+            TSGU_FN(softmax_heads)(Ax + start * H + h0, out + start * H + h0, len, H, H - h0, keep, x->is_log);
     }
     return TSGU_OK;
 }

@@ -161,9 +161,10 @@ int tsgu_lse_cols(const tsgu_csr *A, int include_zeros, void *out, int64_t ld, i
 int tsgu_lse_grad(const tsgu_csr *A, const void *row_lse, const void *row_grad,
                   const void *col_lse, const void *col_grad, void *out, int nthreads);
 /* softmax and log-softmax over each row's stored entries (softmax_rows.c) and their
- * values gradient (softmax_grad.c); y, g and out hold one value per stored entry */
-int tsgu_softmax_rows(const tsgu_csr *A, int is_log, void *out, int nthreads);
-int tsgu_softmax_grad(const tsgu_csr *A, const void *y, const void *g, int is_log, void *out, int nthreads);
+ * values gradient (softmax_grad.c); the values, y, g and out are (nnz, heads): each head on its own */
+int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, int check_cols, void *out, int nthreads);
+int tsgu_softmax_grad(const tsgu_csr *A, int64_t heads, const void *y, const void *g, int is_log, void *out,
+                      int nthreads);
 
 /* graph attention on a CSR pattern (gat_forward.c, gat_grad_scores.c, gat_grad_src.c):
  * row i of A (n x m) is a target node, its columns j the source nodes it attends to;

@@ -630,6 +630,101 @@ def _make_softmax_sparse_csr(spec: Spec) -> Case:
                 _softmax_ref(pattern, dense, spec.variant, values.shape), build=lambda v: S._replace(values=v))
 
 
+HEADS = 3      # the heads of the registry's multi-head cases
+
+
+def _heads_components(spec: Spec, name: str):
+    """(SparseCSR of a random A in spec.layout, leaf (.., nnz, HEADS) values in its order,
+    dense(v): the (.., n, m, HEADS) tensor of the pattern holding v, pattern (.., n, m))."""
+    gen = seeded(name, spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    S, values, dense = _components(spec, D)
+    heads = leaf_like(torch.randn((*values.shape, HEADS), generator=gen, dtype=torch.float64).to(spec.dtype))
+    pattern = dense(torch.ones(values.shape, dtype=torch.float64)) > 0
+
+    def dense_heads(v):
+        return torch.stack([dense(v[..., h]) for h in range(HEADS)], -1)
+    return S, heads, dense_heads, pattern
+
+
+def _make_softmax_heads(spec: Spec) -> Case:
+    """sparse_softmax / sparse_log_softmax of a SparseCSR with (.., nnz, HEADS) values: each
+    head the masked dense softmax of its own values."""
+    S, values, dense, pattern = _heads_components(spec, "SparseCSR.softmax_heads")
+    dim, log = softmax_options(spec.variant)
+
+    def ref(v):
+        return torch.stack([dense_softmax(D, pattern, dim, log)[pattern] for D in dense(v).unbind(-1)], -1) \
+            .reshape(values.shape)
+    return Case({"values": values}, (S.crow_indices, S.col_indices), _softmax_fn(spec.variant), ref,
+                build=lambda v: S._replace(values=v))
+
+
+# ---------------------------------------------------------------- sampled_addmm
+def sampled_addmm_options(variant: int):
+    """(beta, alpha) of a sampled_addmm variant: 1 and 1, or -0.5 and 2."""
+    return (1.0, 1.0) if variant == 0 else (-0.5, 2.0)
+
+
+def _sampled_addmm_operands(spec: Spec, gen):
+    """X (.., n, p) and Y (.., p, m), Y in spec.bmode's memory arrangement."""
+    X = torch.randn(_lead(spec) + (spec.n, spec.p), generator=gen, dtype=spec.dtype)
+    return X, dense_operand(_lead(spec) + (spec.p, spec.m), spec.dtype, gen, spec.bmode)
+
+
+def _sampled_addmm_ref(pattern, dense, variant: int, shape):
+    """(v, X, Y) -> beta * dense(v) + alpha * X @ Y at the pattern, in shape"""
+    beta, alpha = sampled_addmm_options(variant)
+    return lambda v, X, Y: (beta * dense(v) + alpha * (X @ Y))[pattern].reshape(shape)
+
+
+def _make_sampled_addmm(spec: Spec) -> Case:
+    """sampled_addmm of a torch sparse A (beta, alpha by variant); the output is its values."""
+    gen = seeded("sampled_addmm", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    X, Y = _sampled_addmm_operands(spec, gen)
+    beta, alpha = sampled_addmm_options(spec.variant)
+    case = _sparse_case(spec, D, {"X": X, "Y": Y},
+                        lambda A, X, Y: stored_values(tsgu.sampled_addmm(A, X, Y, beta, alpha)), None)
+    A = case.build(case.leaves["values"].detach())
+    pattern = pattern_of(A)        # the result's values: A's (a COO's on its coalesced pattern)
+    shape = values_of(A).shape if A.layout == torch.sparse_csr else (int(pattern.sum()),)
+    case.ref = _sampled_addmm_ref(pattern, lambda v: dense_of(A, v), spec.variant, shape)
+    return case
+
+
+def _make_sampled_addmm_sparse_csr(spec: Spec) -> Case:
+    """sampled_addmm of a SparseCSR (the custom op tsgu::sddmm's road)."""
+    gen = seeded("SparseCSR.sampled_addmm", spec)
+    D = _squeeze(random_dense(_batch(spec), spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows), spec)
+    S, values, dense = _components(spec, D)
+    X, Y = _sampled_addmm_operands(spec, gen)
+    beta, alpha = sampled_addmm_options(spec.variant)
+    pattern = dense(torch.ones(values.shape, dtype=torch.float64)) > 0
+    return Case({"values": values, "X": X, "Y": Y}, (S.crow_indices, S.col_indices),
+                lambda S, X, Y: tsgu.sampled_addmm(S, X, Y, beta, alpha).values,
+                _sampled_addmm_ref(pattern, dense, spec.variant, values.shape), build=lambda v: S._replace(values=v))
+
+
+def _make_sampled_addmm_heads(spec: Spec) -> Case:
+    """sampled_addmm of a 2-D SparseCSR with (nnz, HEADS) values, X (HEADS, n, p), Y (HEADS, p, m)."""
+    S, values, dense, pattern = _heads_components(spec, "SparseCSR.sampled_addmm_heads")
+    gen = seeded("sampled_addmm heads operands", spec)
+    X = torch.randn(HEADS, spec.n, spec.p, generator=gen, dtype=spec.dtype)
+    Y = dense_operand((HEADS, spec.p, spec.m), spec.dtype, gen, spec.bmode)
+    beta, alpha = sampled_addmm_options(spec.variant)
+
+    def ref(v, X, Y):
+        return (beta * dense(v) + alpha * (X @ Y).movedim(0, -1))[pattern]
+    return Case({"values": values, "X": X, "Y": Y}, (S.crow_indices, S.col_indices),
+                lambda S, X, Y: tsgu.sampled_addmm(S, X, Y, beta, alpha).values, ref,
+                build=lambda v: S._replace(values=v))
+
+
+_SAMPLED_ADDMM_XY = ("torch.ones(*A.shape[:-1], 2, dtype=A.dtype), "
+                     "torch.ones(*A.shape[:-2], 2, A.shape[-1], dtype=A.dtype)")
+
+
 def _make_gather_mm(spec: Spec) -> Case:
     """a (N, D1) = (n, m), b (R, D1, D2) = (3, m, p), idx (N,) of spec.itype."""
     gen = seeded("gather_mm", spec)
@@ -1246,6 +1341,23 @@ OPS = [
        dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
        malformed_call=f"sparse_log_softmax({_SPARSE_CSR_OF_A}, -2)", malformed_layouts=("csr",),
        large=Spec(batched=True, n=1000, m=800, nnz=300000), variants=4, sparse_input=False, own_kernels=False),
+    Op("SparseCSR.softmax_heads", _make_softmax_heads, function="sparse_softmax", must_raise=(),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
+       malformed_call=f"sparse_softmax({_SPARSE_CSR_OF_A}._replace(values=torch.stack([A.values()] * 2, -1)))",
+       malformed_layouts=("csr",), large=Spec(batched=True, n=1000, m=800, nnz=300000), variants=4,
+       sparse_input=False, own_kernels=True),
+    # variants: (beta, alpha) (sampled_addmm_options); the backward reads X and Y, not A's values
+    Op("sampled_addmm", _make_sampled_addmm, must_raise=("X", "Y"),
+       malformed_call=f"sampled_addmm(A, {_SAMPLED_ADDMM_XY})",
+       large=Spec(batched=True, n=1000, m=800, p=16, nnz=300000), variants=2),
+    Op("SparseCSR.sampled_addmm", _make_sampled_addmm_sparse_csr, function="sampled_addmm", must_raise=("X", "Y"),
+       malformed_call=f"sampled_addmm({_SPARSE_CSR_OF_A}, {_SAMPLED_ADDMM_XY})", malformed_layouts=("csr",),
+       large=Spec(batched=True, n=1000, m=800, p=16, nnz=300000), variants=2, sparse_input=False, own_kernels=False),
+    Op("SparseCSR.sampled_addmm_heads", _make_sampled_addmm_heads, function="sampled_addmm", batched=False,
+       must_raise=("X", "Y"), malformed_call=f"sampled_addmm({_SPARSE_CSR_OF_A}._replace(values=A.values()[:, None]), "
+                                             "torch.ones(1, 3, 2), torch.ones(1, 2, 3))",
+       malformed_layouts=("csr",), large=Spec(n=1000, m=800, p=16, nnz=300000), variants=2, sparse_input=False,
+       own_kernels=False),
     Op("gather_mm", _make_gather_mm, layouts=("dense",), batched=False, must_raise=("a", "b"),
        malformed={
            "idx_too_large": "a, b = torch.randn(4, 3), torch.randn(2, 3, 5)\n"

@@ -320,8 +320,9 @@ def test_errors():
     with pytest.raises(TypeError, match="dim must be an int"):
         sparse_softmax(A, 1.0)
     S = SparseCSR.from_torch(A.to_sparse_csr())
-    with pytest.raises(ValueError, match="shape of col_indices"):
-        sparse_softmax(S._replace(values=S.values[:, None].expand(-1, 2)))
+    for values in (S.values[:, None, None].expand(-1, 2, 2), S.values[1:], S.values[1:, None]):
+        with pytest.raises(ValueError, match=r"shape of col_indices .* or that shape \+ \(heads,\)"):
+            sparse_softmax(S._replace(values=values))
 
 
 @pytest.mark.parametrize("route", [False, True], ids=["C", "torch_ops"])
@@ -345,25 +346,37 @@ def test_malformed_structure_is_a_value_error(route, monkeypatch):
 def test_kernels_check_their_arrays():
     from torchsparsegradutils import _C
     A = random_dense((4, 3), seed=14).to_sparse_csr()
-    args = (A.crow_indices(), A.col_indices(), A.values(), 1, 4, 3, False)
     nnz = A.values().numel()
+    args = (A.crow_indices(), A.col_indices(), A.values().reshape(nnz, 1), 1, 4, 3, 1, False, False)
     with pytest.raises(ValueError, match="shape"):
-        _C.softmax_rows(*args, torch.empty(1, nnz + 1, dtype=torch.float64), 1)
+        _C.softmax_rows(*args, torch.empty(nnz + 1, 1, dtype=torch.float64), 1)
+    with pytest.raises(ValueError, match="shape"):      # (nnz, 2) values for one head
+        _C.softmax_rows(*args[:2], A.values()[:, None].expand(-1, 2).contiguous(), *args[3:],
+                        torch.empty(nnz, 1, dtype=torch.float64), 1)
     with pytest.raises(TypeError, match="dtype"):
-        _C.softmax_rows(*args, torch.empty(1, nnz, dtype=torch.float32), 1)
-    y = torch.empty(1, nnz, dtype=torch.float64)
+        _C.softmax_rows(*args, torch.empty(nnz, 1, dtype=torch.float32), 1)
+    with pytest.raises(ValueError, match="heads must be at least 1"):
+        _C.softmax_rows(*args[:6], 0, False, False, torch.empty(nnz, 1, dtype=torch.float64), 1)
+    y = torch.empty(nnz, 1, dtype=torch.float64)
+    pattern = (A.crow_indices(), A.col_indices(), 1, 4, 3, 1)
     with pytest.raises(TypeError, match="dtype"):
-        _C.softmax_grad(A.crow_indices(), A.col_indices(), 1, 4, 3, y, y.float(), False, y.clone(), 1)
+        _C.softmax_grad(*pattern, y, y.float(), False, y.clone(), 1)
     with pytest.raises(ValueError, match="shape"):
-        _C.softmax_grad(A.crow_indices(), A.col_indices(), 1, 4, 3, y, y[:, :-1], False, y.clone(), 1)
+        _C.softmax_grad(*pattern, y, y[:-1], False, y.clone(), 1)
+    with pytest.raises(ValueError, match="unit stride|contiguous"):
+        _C.softmax_grad(*pattern[:-1], 2, y.expand(-1, 2), y.expand(-1, 2), False, torch.empty(nnz, 2).double(), 1)
 
 
-@pytest.mark.parametrize("kind", ["csr", "batched_csr", "batched_coo"])
+@pytest.mark.parametrize("kind", ["csr", "batched_csr", "batched_coo", "multi_head"])
 def test_compiled_sparse_csr_matches_eager(kind):
-    """fullgraph=True on a SparseCSR: outputs and values gradients as eager."""
-    D = random_dense((2, 6, 5) if kind.startswith("batched") else (6, 5), seed=15, same_pattern=kind == "batched_csr")
-    A = D.to_sparse_csr() if kind.endswith("csr") else D.to_sparse()
-    S = SparseCSR.from_torch(A)
+    """fullgraph=True on a SparseCSR (multi_head: (nnz, 4) values): outputs and values
+    gradients as eager."""
+    if kind == "multi_head":
+        S, _ = multi_head("csr", heads=4, seed=15)
+    else:
+        D = random_dense((2, 6, 5) if kind.startswith("batched") else (6, 5), seed=15,
+                         same_pattern=kind == "batched_csr")
+        S = SparseCSR.from_torch(D.to_sparse_csr() if kind.endswith("csr") else D.to_sparse())
 
     def model(w):
         T = S._replace(values=w)
@@ -392,6 +405,88 @@ def test_custom_op_opcheck():
             g = torch.randn_like(y).requires_grad_()
             torch.library.opcheck(torch.ops.tsgu.softmax_grad.default, (*args, y, g, by_rows, log))
             torch.library.opcheck(torch.ops.tsgu.softmax_gsum.default, (*args, g, by_rows))
+
+
+# ------------------------------------------------------------------ multi-head values (nnz, H)
+def multi_head(kind, dtype=torch.float64, heads=3, seed=20):
+    """A SparseCSR of `kind` ("csr", "batched_csr": (b, nnz, H) values, "batched_coo": the
+    stacked rows) with (.., nnz, H) values, and the dense (.., n, m, H) tensor it holds."""
+    shape = (2, 7, 5) if kind.startswith("batched") else (7, 5)
+    D = random_dense(shape, seed=seed, same_pattern=kind == "batched_csr")
+    A = D.to_sparse() if kind == "batched_coo" else D.to_sparse_csr()
+    S = SparseCSR.from_torch(A)
+    gen = torch.Generator().manual_seed(seed + 1)
+    values = (torch.randn((*S.col_indices.shape, heads), generator=gen, dtype=torch.float64) * 3).to(dtype)
+    dense = torch.stack([dense_of(S._replace(values=values[..., h])) for h in range(heads)], -1)
+    return S._replace(values=values), dense
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("layout", ["csr", "batched_csr", "batched_coo"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_multi_head_is_each_head_on_its_own(path, kind, layout, dtype):
+    """Head h of an (nnz, H) SparseCSR: the single-head op on values[..., h] (over rows,
+    its bits), and the masked dense softmax of that head; its gradient, dense autograd's."""
+    S, dense = multi_head(layout, dtype)
+    mask = dense_of(S._replace(values=torch.ones_like(S.values[..., 0]))) != 0
+    for dim in (-1, -2):
+        w = S.values.clone().requires_grad_()
+        Y = FNS[kind](S._replace(values=w), dim).values
+        for h in range(S.values.shape[-1]):
+            one = FNS[kind](S._replace(values=S.values[..., h].contiguous()), dim).values
+            if dim == -1:
+                assert torch.equal(Y[..., h].detach(), one)
+            else:       # one head's column softmax: by the log-sum-exp kernels; several: the transpose's rows
+                torch.testing.assert_close(Y[..., h].detach(), one, **TOL[dtype])
+        G = torch.randn(Y.shape, generator=torch.Generator().manual_seed(3), dtype=dtype)
+        (Y * G).sum().backward()
+        Dw = dense.double().masked_fill(~mask[..., None], 0.0).requires_grad_()
+        ref = [masked_reference(Dw[..., h] * mask + 0 * Dw[..., h], dim, kind) for h in range(dense.shape[-1])]
+        ref = torch.stack([r.masked_fill(~mask, 0.0) for r in ref], -1)
+        got = torch.stack([dense_of(S._replace(values=Y[..., h].detach())) for h in range(Y.shape[-1])], -1)
+        torch.testing.assert_close(got, ref.to(dtype), **TOL[dtype])
+        (ref * torch.stack([dense_of(S._replace(values=G[..., h])) for h in range(G.shape[-1])], -1)).sum().backward()
+        gw = torch.stack([dense_of(S._replace(values=w.grad[..., h])) for h in range(G.shape[-1])], -1)
+        torch.testing.assert_close(gw, (Dw.grad * mask[..., None]).to(dtype), **TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", FNS)
+def test_multi_head_gradcheck_and_second_derivatives(path, kind):
+    S, _ = multi_head("batched_coo", heads=2, seed=21)
+    vals = S.values.clone().requires_grad_()
+    for dim in (-1, -2):
+        fn = lambda v: FNS[kind](S._replace(values=v), dim).values  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (vals,))
+        assert torch.autograd.gradgradcheck(fn, (vals,))
+
+
+@pytest.mark.parametrize("heads", [1, 8, 20])
+def test_multi_head_same_bits_for_any_thread_count(heads):
+    """(nnz, H) values (20: more heads than the kernels do together) give the same bits
+    for 1, 2 and 5 threads, and head 0 the bits of the single-head op."""
+    D = random_dense((300, 200), torch.float32, seed=22, density=0.3)
+    S = SparseCSR.from_torch(D.to_sparse_csr())
+    values = torch.randn(S.values.shape[0], heads, generator=torch.Generator().manual_seed(0))
+    results = []
+    for t in (1, 2, 5):
+        with num_threads(t):
+            w = values.clone().requires_grad_()
+            Y = sparse_softmax(S._replace(values=w)).values
+            (Y * torch.linspace(-1, 1, Y.numel()).reshape(Y.shape)).sum().backward()
+            results.append((Y.detach(), w.grad))
+    for r in results[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(results[0], r))
+    assert torch.equal(results[0][0][:, 0], sparse_softmax(S._replace(values=values[:, 0].contiguous())).values)
+
+
+def test_multi_head_custom_op_opcheck():
+    S, _ = multi_head("batched_csr", heads=3, seed=24)
+    a = S.values.clone().requires_grad_()
+    args = (S.crow_indices, S.col_indices, list(S.size))
+    for by_rows in (True, False):
+        torch.library.opcheck(torch.ops.tsgu.softmax.default, (*args, a, by_rows, False))
+        y = torch.ops.tsgu.softmax(*args, a, by_rows, True).detach().requires_grad_()
+        torch.library.opcheck(torch.ops.tsgu.softmax_grad.default, (*args, y, torch.randn_like(y), by_rows, True))
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")

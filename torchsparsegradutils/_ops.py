@@ -22,6 +22,7 @@ values `a` (one entry per stored position):
     tsgu::lse_wsum(a, L, u)[group] = sum over the group's entries e of u[e] * exp(a[e] - L)
     tsgu::softmax(a)[e]  = exp(a[e] - L) (log: a[e] - L), L the log-sum-exp of the stored
                            values of e's row (by_rows) or column: y, one per entry
+                           (a (nnz, H): each head h on its own, and so the two below)
     tsgu::softmax_grad(y, g) = y * (g - S(g * y)) (log: g - exp(y) * S(g)): its values gradient
     tsgu::softmax_gsum(x)[e] = S(x)[e], the sum of x over e's row (or column)
 and, for rows i of a dense `a` grouped by relation r(i) (offsets `off`, row order
@@ -467,37 +468,38 @@ def lse(view: CSRView, a: Tensor, mode: str, include_zeros: bool) -> Tensor:
 # ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
 @torch.library.custom_op("tsgu::softmax", mutates_args=())
 def _softmax(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, by_rows: bool, log: bool) -> Tensor:
-    return _backends.softmax(view_of(ptr, col, a, None, shape), by_rows, log)
+    return _backends.softmax(view_of(ptr, col, a, None, shape, heads=True), by_rows, log)
 
 
 @torch.library.custom_op("tsgu::softmax_grad", mutates_args=())
 def _softmax_grad(ptr: Tensor, col: Tensor, shape: List[int], y: Tensor, g: Tensor, by_rows: bool,
                   log: bool) -> Tensor:
-    check_arrays(ptr, col, g, shape)
-    return _backends.softmax_grad(view_of(ptr, col, y, None, shape)._replace(values=None), y, g, by_rows, log)
+    check_arrays(ptr, col, g, shape, heads=True)
+    return _backends.softmax_grad(view_of(ptr, col, y, None, shape, heads=True)._replace(values=None), y, g, by_rows,
+                                  log)
 
 
 @torch.library.custom_op("tsgu::softmax_gsum", mutates_args=())
 def _softmax_gsum(ptr: Tensor, col: Tensor, shape: List[int], x: Tensor, by_rows: bool) -> Tensor:
-    return _backends.group_sum(view_of(ptr, col, x, None, shape), x, by_rows)
+    return _backends.group_sum(view_of(ptr, col, x, None, shape, heads=True), x, by_rows)
 
 
 @_softmax.register_fake
 def _(ptr, col, shape, a, by_rows, log):
-    check_arrays(ptr, col, a, shape)
+    check_arrays(ptr, col, a, shape, heads=True)
     return torch.empty_like(a)
 
 
 @_softmax_grad.register_fake
 def _(ptr, col, shape, y, g, by_rows, log):
-    check_arrays(ptr, col, y, shape)
-    check_arrays(ptr, col, g, shape)
+    check_arrays(ptr, col, y, shape, heads=True)
+    check_arrays(ptr, col, g, shape, heads=True)
     return torch.empty_like(y)
 
 
 @_softmax_gsum.register_fake
 def _(ptr, col, shape, x, by_rows):
-    check_arrays(ptr, col, x, shape)
+    check_arrays(ptr, col, x, shape, heads=True)
     return torch.empty_like(x)
 
 

@@ -47,6 +47,9 @@ def sparse_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tensor, 
         three sparse dims, or batched CSR), no dense dimensions; or a
         :class:`~torchsparsegradutils.SparseCSR`, which ``torch.compile`` traces.
         float16, bfloat16 (computed in float32, rounded once), float32 or float64.
+        Multi-head: a ``SparseCSR`` whose ``values`` are ``(nnz, H)`` (``col_indices``'
+        shape + ``(H,)``, the edge scores of H attention heads, as PyG's GAT holds
+        them) takes the softmax of each head on its own, in one kernel call.
     dim : ``-1`` (each row) or ``-2`` (each column); for a 2-D ``A`` also ``1`` / ``0``,
         for a batched one ``2`` / ``1``.  The batch axis cannot be chosen.
 
@@ -124,7 +127,7 @@ def _check(A, dim, name: str) -> bool:
     if A.dense_dim() != 0:
         raise ValueError(f"{name} takes a sparse tensor with no dense dimensions, got {A.dense_dim()}")
     if isinstance(A, SparseCSR):
-        check_arrays(A.crow_indices, A.col_indices, A.values, A.size)
+        check_arrays(A.crow_indices, A.col_indices, A.values, A.size, heads=True)
     if A.dtype not in SOFTMAX_DTYPES:
         raise TypeError(f"{name} supports {dtype_names(SOFTMAX_DTYPES)} values, got {A.dtype}")
     if isinstance(dim, bool) or not isinstance(dim, (int, torch.SymInt)):

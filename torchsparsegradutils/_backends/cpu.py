@@ -275,17 +275,24 @@ def softmax(view: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     gradient of ones: no permutation of the values, 2-3x faster than the transpose);
     else as the rows of the transpose's pattern (csrc/csr_transpose.c), the values
     gathered there and back."""
-    if not by_rows and not log and view.values.dtype in (torch.float32, torch.float64):
+    heads = _heads(view.col, view.values)
+    if not by_rows and not log and heads == 1 and view.values.dtype in (torch.float32, torch.float64):
         L = torch.empty(view.batch, view.ncols, dtype=view.values.dtype)
         lse_groups(view, False, L, by_rows=False)
         return lse_grad(view, None, (L, torch.ones_like(L)))
     if not by_rows:
         T, perm = _transposed(view, view.values)
-        return _scattered(softmax(T, True, log), perm, view.values)
-    y = torch.empty(1, view.values.numel(), dtype=view.values.dtype)
-    _C.softmax_rows(view.ptr, view.col, plain(view.values), view.batch, view.nrows, view.ncols, log, y,
-                    torch.get_num_threads())
-    return y.reshape(view.values.shape)
+        return _scattered(_softmax_rows(T, heads, log, True), perm, view.values)
+    return _softmax_rows(view, heads, log, view.coo_indices is not None)
+
+
+def _softmax_rows(view: CSRView, heads: int, log: bool, cols_checked: bool) -> torch.Tensor:
+    """The kernel over rows; cols_checked: the columns need no check (a COO tensor's,
+    checked as its view was made, or the rows of A of a transpose's pattern)."""
+    y = torch.empty(view.values.shape, dtype=view.values.dtype)
+    _C.softmax_rows(view.ptr, view.col, plain(view.values).reshape(-1, heads), view.batch, view.nrows, view.ncols,
+                    heads, log, cols_checked, y.view(-1, heads), torch.get_num_threads())
+    return y
 
 
 def softmax_grad(view: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, log: bool) -> torch.Tensor:
@@ -293,12 +300,19 @@ def softmax_grad(view: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool,
     (csrc/softmax_grad.c), shaped like y."""
     if not by_rows:
         T, perm = _transposed(view, None)
-        flat = lambda t: t.reshape(-1).index_select(0, perm)  # noqa: E731
+        flat = lambda t: _entry_major(t, perm.numel()).index_select(0, perm)  # noqa: E731
         return _scattered(softmax_grad(T, flat(y), flat(g), True, log), perm, y)
-    out = torch.empty(1, y.numel(), dtype=y.dtype)
-    _C.softmax_grad(view.ptr, view.col, view.batch, view.nrows, view.ncols, plain(y).reshape(1, -1).contiguous(),
-                    plain(g).to(y.dtype).reshape(1, -1).contiguous(), log, out, torch.get_num_threads())
-    return out.reshape(y.shape)
+    heads = _heads(view.col, y)
+    out = torch.empty(y.shape, dtype=y.dtype)
+    _C.softmax_grad(view.ptr, view.col, view.batch, view.nrows, view.ncols, heads,
+                    plain(y).reshape(-1, heads).contiguous(), plain(g).to(y.dtype).reshape(-1, heads).contiguous(),
+                    log, out.view(-1, heads), torch.get_num_threads())
+    return out
+
+
+def _heads(col: torch.Tensor, values: torch.Tensor) -> int:
+    """H of values shaped like col (1) or col + (H,): the heads of a multi-head softmax."""
+    return values.shape[-1] if values.dim() > col.dim() else 1
 
 
 def _transposed(view: CSRView, values):
@@ -307,13 +321,13 @@ def _transposed(view: CSRView, values):
     arrays of each of the transpose's entries)."""
     tptr, trow, tperm = transpose_pattern(view)
     perm = tperm.long()
-    tvalues = None if values is None else plain(values).reshape(-1).index_select(0, perm)
+    tvalues = None if values is None else _entry_major(plain(values), perm.numel()).index_select(0, perm)
     return CSRView(tptr, trow, tvalues, view.batch, view.ncols, view.nrows, view.shape), perm
 
 
 def _scattered(yt: torch.Tensor, perm: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """yt, in the transpose's entry order, put back in view's order, shaped like `like`."""
-    return torch.empty(like.numel(), dtype=yt.dtype).index_copy_(0, perm, yt).reshape(like.shape)
+    return torch.empty(yt.shape, dtype=yt.dtype).index_copy_(0, perm, yt).reshape(like.shape)
 
 
 # ------------------------------------------------------ graph attention (graph_attention)
@@ -349,3 +363,7 @@ def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed
 def _seed(seed) -> int:
     """The dropout seed as the kernels take it: an unsigned 64-bit int (0 without dropout)."""
     return 0 if seed is None else int(seed) % 2**64
+
+def _entry_major(t: torch.Tensor, nnz: int) -> torch.Tensor:
+    """Values of nnz entries (a batch's stacked) as (nnz,), or (nnz, H) for H heads."""
+    return t.reshape(nnz) if t.numel() == nnz else t.reshape(nnz, -1)

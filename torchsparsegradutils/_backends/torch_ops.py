@@ -379,21 +379,22 @@ def _torch_lse(values: torch.Tensor, group: torch.Tensor, ngroups: int, full) ->
 # ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
 def _groups(A: CSRView, by_rows: bool):
     """(group of each entry, number of groups): the global row or column."""
-    _, rows, cols = global_csr(A)
+    _, rows, cols = global_csr(A._replace(values=None))
     return (rows, A.batch * A.nrows) if by_rows else (cols, A.batch * A.ncols)
 
 
 def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     """As cpu.softmax: the group's max, its shifted sum of exps, then each entry
-    (the C kernel's shift rule, tsgu_lse_shift)."""
+    (the C kernel's shift rule, tsgu_lse_shift); values (nnz,) or (nnz, H)."""
     v = A.values
     if v.dtype in _HALF:
         return softmax(A._replace(values=v.float()), by_rows, log).to(v.dtype)
     group, count = _groups(A, by_rows)
-    v = v.reshape(-1)
-    mx = v.new_full((count,), float("-inf")).scatter_reduce_(0, group, v, "amax")
+    v = _by_entry(v, A.col)
+    at = group.unsqueeze(1).expand(v.shape)
+    mx = v.new_full((count, v.shape[1]), float("-inf")).scatter_reduce_(0, at, v, "amax")
     shift = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-    s = v.new_zeros(count).index_add_(0, group, (v - shift[group]).exp())
+    s = v.new_zeros(mx.shape).index_add_(0, group, (v - shift[group]).exp())
     d = v - (shift + s.log())[group]
     return (d if log else d.exp()).reshape(A.values.shape)
 
@@ -409,10 +410,17 @@ def softmax_grad(A: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, lo
 
 
 def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
-    """S(x)[e] = the sum of x over e's group (row or column), shaped like x."""
+    """S(x)[e] = the sum of x over e's group (row or column), shaped like x (each head
+    on its own for an (nnz, H) x)."""
     group, count = _groups(A, by_rows)
-    flat = x.reshape(-1)
-    return flat.new_zeros(count).index_add_(0, group, flat).index_select(0, group).reshape(x.shape)
+    flat = _by_entry(x, A.col)
+    return flat.new_zeros(count, flat.shape[1]).index_add_(0, group, flat).index_select(0, group).reshape(x.shape)
+
+
+def _by_entry(x: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """x, one value per stored entry (shaped like col) or H (col's shape + (H,)), as
+    (nnz, 1) or (nnz, H)."""
+    return x.reshape(-1, x.shape[-1] if x.dim() > col.dim() else 1)
 
 
 # ------------------------------------------------------ graph attention (graph_attention)

@@ -70,12 +70,12 @@ class CSRView(NamedTuple):
 
 
 def view_of(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor], rows: Optional[torch.Tensor],
-            shape) -> CSRView:
+            shape, heads: bool = False) -> CSRView:
     """The CSRView of a pattern given as an op's arguments (see op_args), their shapes
-    checked as the public functions check them (check_arrays; the indices are checked
-    by the kernels as they read them); an op may be handed any strides, so the arrays
-    go through kernel_array."""
-    check_arrays(ptr, col, values, shape, rows)
+    checked as the public functions check them (check_arrays, heads as there; the
+    indices are checked by the kernels as they read them); an op may be handed any
+    strides, so the arrays go through kernel_array."""
+    check_arrays(ptr, col, values, shape, rows, heads)
     ptr, col = kernel_array(ptr), kernel_array(col)
     values = None if values is None else kernel_array(values)
     shape = torch.Size(shape)
@@ -87,13 +87,14 @@ def view_of(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor]
 
 
 def check_arrays(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Tensor], shape,
-                 rows: Optional[torch.Tensor] = None) -> None:
+                 rows: Optional[torch.Tensor] = None, heads: bool = False) -> None:
     """The shapes and index dtypes of a CSR pattern's arrays for a matrix (or batch) of
     `shape`, with a ValueError (TypeError for a dtype) naming what is wrong: shape
     is (n, m) or (b, n, m), non-negative; ptr is (b*n+1,) with col 1D, or (b, n+1)
     with col (b, nnz); for a view of a hypersparse COO's non-empty `rows` (see
     CSRView.rows), ptr is (len(rows)+1,) with col 1D; values, where given, have
-    col's shape (one per stored entry).  The indices themselves are checked by
+    col's shape (one per stored entry), or with heads also col's shape + (H,) (H
+    values per stored entry: the multi-head ops).  The indices themselves are checked by
     check_structure, or by the kernels as they read them.  (Each property is read
     once: this runs on every call of an op on a SparseCSR.)"""
     nd = len(shape)
@@ -120,8 +121,9 @@ def check_arrays(ptr: torch.Tensor, col: torch.Tensor, values: Optional[torch.Te
             (f", or ({b}, {n + 1}) with col_indices ({b}, nnz)" if nd == 3 else "")
         raise ValueError(f"for a sparse matrix of size {tuple(shape)}, crow_indices must have shape {want}; "
                          f"got crow_indices {tuple(pshape)} and col_indices {tuple(cshape)}")
-    if values is not None and values.shape != cshape:
-        raise ValueError(f"values must have the shape of col_indices (one value per stored entry); "
+    if values is not None and values.shape != cshape and not (heads and values.shape[:-1] == cshape):
+        per_entry = " or that shape + (heads,)" if heads else ""
+        raise ValueError(f"values must have the shape of col_indices (one value per stored entry){per_entry}; "
                          f"got {tuple(values.shape)} and {tuple(cshape)}")
 
 
