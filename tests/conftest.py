@@ -29,6 +29,7 @@ import torch
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import torchsparsegradutils as tsgu
+from torchsparsegradutils import _backends
 
 # Set by .ci/sanitize when the C extension is an ASan+UBSan build: tests that
 # need a memory limit (RLIMIT_AS and ASan's shadow memory do not mix) or that
@@ -47,6 +48,14 @@ def seeded(*key) -> torch.Generator:
 def _fixed_global_seed():
     """Tests that draw from torch's global generator get the same numbers every run."""
     torch.manual_seed(0)
+
+
+@pytest.fixture(params=["c_kernels", "torch_ops"])
+def path(request, monkeypatch):
+    """Run a CPU test through the C kernels, and through the torch-ops route that other
+    devices take (forced on the CPU)."""
+    monkeypatch.setattr(_backends, "force_torch_ops", request.param == "torch_ops")
+    return request.param
 
 
 @contextlib.contextmanager
@@ -1277,8 +1286,8 @@ MALFORMED = {
     "coo_huge_int64": _coo_src([[0, 2**62], [0, 1]]),
     "coo_col_would_fold": _coo_src([[0, 0], [0, 5]]),
     "coo_batch_too_large": _coo_src([[0, 2], [0, 1], [0, 1]], (2, 3, 3)),
-    "coo_false_coalesced_flag": f"torch.sparse_coo_tensor(torch.tensor([[1, 0], [0, 1]]), torch.ones(2), (3, 3), "
-                                f"is_coalesced=True)",
+    "coo_false_coalesced_flag": "torch.sparse_coo_tensor(torch.tensor([[1, 0], [0, 1]]), torch.ones(2), (3, 3), "
+                                "is_coalesced=True)",
     "coo_one_entry_strided_out_of_range": "torch.sparse_coo_tensor(torch.tensor([[5, 0], [0, 0]])[:, :1], "
                                           "torch.ones(1), (3, 3))",
     "coo_expanded_out_of_range": "torch.sparse_coo_tensor(torch.tensor([[5], [0]]).expand(2, 3), torch.ones(3), (3, 3))",

@@ -6,7 +6,7 @@ from autograd through that loop.  The helpers here serve test_segment_mm too.
 import pytest
 import torch
 
-from torchsparsegradutils import _C, _backends, gather_mm
+from torchsparsegradutils import _C, gather_mm
 
 HAS_CUDA = torch.cuda.is_available()
 DTYPES = [torch.float32, torch.float64]
@@ -71,13 +71,6 @@ def check_inplace_detected(op, a, b, groups):
             (x if edit == "a" else y).add_(1)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             out.sum().backward()
-
-
-@pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
-def path(request, monkeypatch):
-    """Run a test through the C kernels, or through the PyTorch-ops path that CUDA takes."""
-    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
-    return request.param
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -16,12 +16,6 @@ from torchsparsegradutils._core.view import CSRView
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-12, rtol=1e-10)}
 
 
-@pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
-def path(request, monkeypatch):
-    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
-    return request.param
-
-
 def pattern(n, m, density=0.4, seed=0):
     """A boolean (n, m) pattern, row 1 and column 2 empty (a target with no sources, a
     source nobody attends to)."""

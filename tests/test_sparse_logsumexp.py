@@ -75,13 +75,6 @@ def dense_grad_at_entries(D, A, fn):
     return Dl.grad[tuple(pos)]
 
 
-@pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
-def path(request, monkeypatch):
-    """Run a test through the C kernels, or through the PyTorch-ops path that CUDA takes."""
-    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
-    return request.param
-
-
 CASES_2D = [0, 1, -1, [0, 1], (-2, -1)]
 CASES_3D = [1, 2, -1, [1, 2], [2, 1]]
 

@@ -80,14 +80,6 @@ SHAPES = [(7, 5, 3, 12), (5, 9, 1, 10), (30, 40, 17, 200), (4, 4, 0, 5), (6, 3, 
           (12, 9, 16, 40), (11, 6, 32, 20), (10, 8, 64, 30), (9, 7, 130, 25)]  # the kernels' special widths
 
 
-@pytest.fixture(params=["c_kernels", "torch_ops"])
-def path(request, monkeypatch):
-    """Run a CPU test through the C kernels and through the torch-ops route that
-    other devices take (exercised here on CPU)."""
-    monkeypatch.setattr(_backends, "force_torch_ops", request.param == "torch_ops")
-    return request.param
-
-
 ROUTES = [("cpu", "kernels"), ("cpu", "torch_ops"), ("cuda", "kernels"), ("cuda", "torch_ops")]
 
 

@@ -16,20 +16,13 @@ import pytest
 import torch
 from conftest import HALF_DTYPES, child_outcomes, entry_indices, num_threads, random_dense, seeded, to_sparse
 
-from torchsparsegradutils import SparseCSR, _backends, _ops, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils import SparseCSR, _ops, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core.intake import as_csr
 
 REDUCE = ["mean", "amax", "amin"]
 HAS_CUDA = torch.cuda.is_available()
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
        torch.float16: dict(rtol=4e-3, atol=4e-3), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
-
-
-@pytest.fixture(params=["c_kernels", "torch_ops"])
-def path(request, monkeypatch):
-    """The C kernels, and the torch-ops route that other devices take (forced on the CPU)."""
-    monkeypatch.setattr(_backends, "force_torch_ops", request.param == "torch_ops")
-    return request.param
 
 
 def _quiet(fn, *args):

@@ -21,13 +21,6 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12
 LAYOUTS = ["coo", "coo_uncoalesced", "csr", "SparseCSR"]
 
 
-@pytest.fixture(params=["c_kernels", "torch_ops"])
-def path(request, monkeypatch):
-    """The C kernels, and the torch-ops route that other devices take (forced on the CPU)."""
-    monkeypatch.setattr(_backends, "force_torch_ops", request.param == "torch_ops")
-    return request.param
-
-
 def operand(D: torch.Tensor, layout: str, itype=torch.int64):
     """D as a sparse operand in `layout` (LAYOUTS), and the leaf values it holds."""
     if layout == "SparseCSR":

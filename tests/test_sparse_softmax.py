@@ -17,12 +17,6 @@ TORCH_FNS = {"softmax": torch.sparse.softmax, "log_softmax": torch.sparse.log_so
 TOL = {torch.float32: dict(atol=2e-6, rtol=2e-5), torch.float64: dict(atol=1e-12, rtol=1e-12)}
 
 
-@pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
-def path(request, monkeypatch):
-    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
-    return request.param
-
-
 def random_dense(shape, dtype=torch.float64, seed=0, density=0.4, same_pattern=False):
     """Values at about `density` of the cells, row 1 and column 2 empty; with same_pattern
     every batch item stores the same positions (batched CSR needs one nnz per item)."""
