@@ -128,8 +128,8 @@ def pyg_model(features: int, hidden: int, classes: int, edge_index: torch.Tensor
 
 
 def optimizer(model: GCN) -> torch.optim.Optimizer:
-    return torch.optim.Adam([{"params": model.conv1.parameters(), "weight_decay": 5e-4},
-                             {"params": list(model.conv2.parameters()) + [model.theta]}], lr=0.01)
+    return torch.optim.Adam([{"params": [*model.conv1.parameters(), model.theta], "weight_decay": 5e-4},
+                             {"params": model.conv2.parameters()}], lr=0.01)
 
 
 @contextlib.contextmanager
