@@ -140,6 +140,10 @@ PyObject *py_lse_grad(PyObject *self, PyObject *args);
 /* glue_softmax.c: sparse_softmax, sparse_log_softmax */
 PyObject *py_softmax_rows(PyObject *self, PyObject *args);
 PyObject *py_softmax_grad(PyObject *self, PyObject *args);
+/* glue_gat.c: graph_attention */
+PyObject *py_gat_forward(PyObject *self, PyObject *args);
+PyObject *py_gat_grad_scores(PyObject *self, PyObject *args);
+PyObject *py_gat_grad_src(PyObject *self, PyObject *args);
 #ifdef TSGU_CUDA
 /* glue_cuda.c: the CUDA kernels (csrc/cuda/) */
 PyObject *py_cuda_csr_check(PyObject *self, PyObject *args);

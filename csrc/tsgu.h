@@ -165,4 +165,25 @@ int tsgu_lse_grad(const tsgu_csr *A, const void *row_lse, const void *row_grad,
 int tsgu_softmax_rows(const tsgu_csr *A, int is_log, void *out, int nthreads);
 int tsgu_softmax_grad(const tsgu_csr *A, const void *y, const void *g, int is_log, void *out, int nthreads);
 
+/* graph attention on a CSR pattern (gat_forward.c, gat_grad_scores.c, gat_grad_src.c):
+ * row i of A (n x m) is a target node, its columns j the source nodes it attends to;
+ * H heads of F features; every array contiguous, of A's value type rtype */
+typedef struct {
+    int64_t heads, feats; /* H, F */
+    const void *x;        /* (m, H, F) source features */
+    const void *s;        /* (m, H) source scores (x * a_src).sum(-1) */
+    const void *d;        /* (n, H) target scores (x_dst * a_dst).sum(-1) */
+    const uint8_t *keep;  /* (nnz, H) dropout mask, 1 where an entry is kept; NULL: no dropout */
+    double scale;         /* a kept entry's factor 1/(1-p) (1 without dropout) */
+    double slope;         /* LeakyReLU's negative slope */
+} tsgu_gat;
+/* alpha (nnz, H): the attention probabilities; out (n, H, F); G (n, H, F) out's
+ * gradient; galpha (nnz, H) alpha's gradient or NULL; dz (nnz, H) the gradient of the
+ * scores before LeakyReLU; gd (n, H), gs (m, H), gx (m, H, F) the gradients of d, s, x */
+int tsgu_gat_forward(const tsgu_csr *A, const tsgu_gat *g, void *alpha, void *out, int nthreads);
+int tsgu_gat_grad_scores(const tsgu_csr *A, const tsgu_gat *g, const void *alpha, const void *G,
+                         const void *galpha, void *dz, void *gd, int nthreads);
+int tsgu_gat_grad_src(const tsgu_csr *A, const tsgu_gat *g, const void *alpha, const void *G, const void *dz,
+                      void *gx, void *gs, int nthreads);
+
 #endif

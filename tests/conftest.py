@@ -805,6 +805,69 @@ def _make_sage_conv(spec: Spec) -> Case:
     return Case(leaves, (ei,), apply, lambda x, Wl, b, Wr: dense_sage(x, x, ei, aggr, Wl, b, Wr))
 
 
+# ---------------------------------------------------- graph attention (graph_attention, nn.GATConv)
+def dense_graph_attention(pattern, x, s, d, slope=0.2):
+    """graph_attention in dense PyTorch: per head, the softmax over each row of
+    LeakyReLU(s[j] + d[i]) masked to the (n, m) boolean pattern (absent entries -inf; a
+    row without entries gives zeros), then alpha @ x; x (m, H, F), s (m, H), d (n, H)."""
+    z = s.t()[:, None, :] + d.t()[:, :, None]
+    e = torch.nn.functional.leaky_relu(z, slope).masked_fill(~pattern, float("-inf"))
+    alpha = torch.softmax(e, -1).nan_to_num(0.0)
+    return torch.einsum("hnm,mhf->nhf", alpha, x)
+
+
+def _make_graph_attention(spec: Spec) -> Case:
+    """graph_attention on the pattern of a sparse A in spec.layout (its values unread), with
+    1 + spec.variant heads of spec.p features; leaves x, score_src, score_dst."""
+    gen = seeded("graph_attention", spec)
+    D = random_dense(1, spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows)[0]
+    A = to_sparse(D, spec.layout, spec.itype, seeded("layout", spec))
+    pattern, H = pattern_of(A), 1 + spec.variant
+    leaves = {"x": dense_operand((spec.m, H, spec.p), spec.dtype, gen, spec.bmode),
+              "score_src": dense_operand((spec.m, H), spec.dtype, gen, spec.bmode),
+              "score_dst": dense_operand((spec.n, H), spec.dtype, gen, spec.bmode)}
+    return Case(leaves, structure_of(A), lambda x, s, d: tsgu.graph_attention(A, x, s, d, 0.2),
+                lambda x, s, d: dense_graph_attention(pattern, x, s, d))
+
+
+# (heads, concat, add_self_loops) of the GATConv variants
+GAT_VARIANTS = ((1, True, True), (3, True, True), (3, False, True), (2, True, False))
+
+
+def dense_gat_conv(x, edge_index, W, att_src, att_dst, b, concat, loops, slope=0.2):
+    """GATConv in dense PyTorch: the pattern of the edges (source -> target; a repeated edge
+    once; with loops, one self loop per node), then dense_graph_attention per head."""
+    n, (_, H, C) = x.shape[0], att_src.shape
+    pattern = torch.zeros(n, n, dtype=torch.bool)
+    pattern[edge_index[1].long(), edge_index[0].long()] = True
+    if loops:
+        pattern.fill_diagonal_(True)
+    h = (x @ W.t()).reshape(n, H, C)
+    out = dense_graph_attention(pattern, h, (h * att_src).sum(-1), (h * att_dst).sum(-1), slope)
+    return (out.reshape(n, H * C) if concat else out.mean(1)) + b
+
+
+def _make_gat_conv(spec: Spec) -> Case:
+    """GATConv(m -> p, heads, concat, add_self_loops by GAT_VARIANTS[spec.variant]) on spec.n
+    nodes; its weight, attention vectors and bias the test's leaves."""
+    gen = seeded("GATConv", spec)
+    ei = _edge_index(spec, gen)
+    heads, concat, loops = GAT_VARIANTS[spec.variant]
+    import torchsparsegradutils.nn as tnn
+    conv = tnn.GATConv(spec.m, spec.p, heads=heads, concat=concat, add_self_loops=loops).to(spec.dtype)
+    leaves = {"x": dense_operand((spec.n, spec.m), spec.dtype, gen, spec.bmode),
+              "weight": torch.randn(heads * spec.p, spec.m, generator=gen, dtype=spec.dtype),
+              "att_src": torch.randn(1, heads, spec.p, generator=gen, dtype=spec.dtype),
+              "att_dst": torch.randn(1, heads, spec.p, generator=gen, dtype=spec.dtype),
+              "bias": torch.randn(heads * spec.p if concat else spec.p, generator=gen, dtype=spec.dtype)}
+
+    def apply(x, W, a_src, a_dst, b):
+        params = {"lin.weight": W, "att_src": a_src, "att_dst": a_dst, "bias": b}
+        return torch.func.functional_call(conv, params, (x, ei))
+    return Case(leaves, (ei,), apply, lambda x, W, a_src, a_dst, b: dense_gat_conv(x, ei, W, a_src, a_dst, b,
+                                                                                    concat, loops))
+
+
 GCN_MALFORMED = {
     "node_id_negative": "torch.tensor([[0, -1], [1, 0]])",
     "node_id_too_large": "torch.tensor([[0, 1], [3, 0]])",
@@ -1218,6 +1281,18 @@ OPS = [
        malformed=_gcn_malformed("tsgu.nn.SAGEConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None, variants=len(SAGE_AGGRS),
        large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+    # ---- graph attention: the op on a sparse A's pattern (1 or 2 heads, variants 0-1),
+    # and GATConv (GAT_VARIANTS)
+    Op("graph_attention", _make_graph_attention, batched=False, must_raise=("x", "score_src", "score_dst"),
+       dtype_error=(TypeError, "supports float32 and float64"), variants=2,
+       malformed_call="graph_attention(A, torch.ones(A.shape[-1], 1, 2), torch.ones(A.shape[-1], 1), "
+                      "torch.ones(A.shape[-2], 1))",
+       large=Spec(n=600, m=500, p=16, nnz=30000, dtype=torch.float32, itype=torch.int32, variant=1),
+       sparse_input=False),
+    Op("nn.GATConv", _make_gat_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
+       malformed=_gcn_malformed("tsgu.nn.GATConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
+       dtype_error=None, variants=len(GAT_VARIANTS),
+       large=Spec(n=5000, m=16, p=16, nnz=100000, variant=1), sparse_input=False, own_kernels=False),
     Op("distributions.SparseMultivariateNormal", _make_mvn, layouts=FULL_RANK_LAYOUTS, must_raise=(),
        malformed_call="tsgu.distributions.SparseMultivariateNormal(torch.zeros(A.shape[:-1]), scale_tril=A, "
                       "validate_args=False).log_prob(torch.zeros(A.shape[:-1]))",

@@ -8,7 +8,7 @@ import torch
 from conftest import child_outcomes, seeded
 
 from torchsparsegradutils import SparseCSR
-from torchsparsegradutils.nn import GCNConv, SAGEConv, SparseLinear, dropout, gcn_norm, sage_adjacency
+from torchsparsegradutils.nn import GATConv, GCNConv, SAGEConv, SparseLinear, dropout, gcn_norm, sage_adjacency
 
 
 def _dense_weight(layer: SparseLinear) -> torch.Tensor:
@@ -509,7 +509,8 @@ def _layers():
     return {"SparseLinear": (SparseLinear(9, 4, density=0.4, dtype=torch.float64), False),
             "GCNConv": (GCNConv(9, 4).double(), True),
             **{f"SAGEConv-{a}": (SAGEConv(9, 4, aggr=a).double(), True) for a in SAGE_AGGRS},
-            "SAGEConv-wide": (SAGEConv(9, 12, aggr="mean").double(), True)}
+            "SAGEConv-wide": (SAGEConv(9, 12, aggr="mean").double(), True),
+            "GATConv": (GATConv(9, 2, heads=3).double(), True)}
 
 
 @pytest.mark.parametrize("kind", ["coo", "coo_uncoalesced", "csr", "SparseCSR"])

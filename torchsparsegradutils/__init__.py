@@ -13,7 +13,9 @@ from .sparse_lstsq import sparse_generic_lstsq
 from .indexed_matmul import gather_mm, segment_mm
 from .sparse_logsumexp import sparse_logsumexp, sparse_bidir_logsumexp
 from .sparse_softmax import sparse_softmax, sparse_log_softmax
+from .graph_attention import graph_attention
 
 __all__ = ["SparseCSR", "sparse_mm", "sparse_csr_tensor", "sparse_coo_tensor", "sparse_triangular_solve", "sparse_generic_solve",
-           "sparse_generic_lstsq", "gather_mm", "segment_mm", "sparse_logsumexp", "sparse_bidir_logsumexp", "sparse_softmax", "sparse_log_softmax"]
+           "sparse_generic_lstsq", "gather_mm", "segment_mm", "sparse_logsumexp", "sparse_bidir_logsumexp", "sparse_softmax", "sparse_log_softmax",
+           "graph_attention"]
 __version__ = "0.3.0"  # the one source (pyproject.toml reads it); above the published 0.2.7

@@ -413,3 +413,49 @@ def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
     group, count = _groups(A, by_rows)
     flat = x.reshape(-1)
     return flat.new_zeros(count).index_add_(0, group, flat).index_select(0, group).reshape(x.shape)
+
+
+# ------------------------------------------------------ graph attention (graph_attention)
+# As cpu.gat / gat_grad, by gathers and index_add over the entries.  These build
+# (nnz, H, F) temporaries (the gathered rows of x and of G): CUDA without kernels of ours
+# pays that memory; the C kernels on CPU do not.
+def _gat_scores(A: CSRView, s: torch.Tensor, d: torch.Tensor):
+    """(rows, cols, z): each entry's row and column, and z = s[j] + d[i] (nnz, H)."""
+    _, rows, cols = global_csr(A._replace(values=None))
+    return rows, cols, s.index_select(0, cols) + d.index_select(0, rows)
+
+
+def _gat_weights(alpha: torch.Tensor, keep, scale: float) -> torch.Tensor:
+    return alpha if keep is None else alpha * keep * scale
+
+
+def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, keep, scale: float, slope: float):
+    """As cpu.gat: the row's max, its shifted sum of exps, then the weighted rows of x."""
+    rows, cols, z = _gat_scores(A, s, d)
+    e = torch.nn.functional.leaky_relu(z, slope)
+    n, H = A.nrows, x.shape[1]
+    idx = rows.unsqueeze(1).expand(-1, H)
+    mx = e.new_full((n, H), float("-inf")).scatter_reduce_(0, idx, e, "amax")
+    p = (e - mx.index_select(0, rows)).exp()
+    alpha = p / p.new_zeros(n, H).index_add_(0, rows, p).index_select(0, rows)
+    w = _gat_weights(alpha, keep, scale)
+    out = x.new_zeros(n, *x.shape[1:]).index_add_(0, rows, w.unsqueeze(-1) * x.index_select(0, cols))
+    return out, alpha
+
+
+def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, keep, scale: float, slope: float,
+             alpha: torch.Tensor, G: torch.Tensor, galpha):
+    """As cpu.gat_grad."""
+    rows, cols, z = _gat_scores(A, s, d)
+    Gi = G.index_select(0, rows)
+    ga = (Gi * x.index_select(0, cols)).sum(-1)
+    ga = ga if keep is None else ga * keep * scale
+    if galpha is not None:
+        ga = ga + galpha
+    c = alpha.new_zeros(A.nrows, alpha.shape[1]).index_add_(0, rows, alpha * ga)
+    ge = alpha * (ga - c.index_select(0, rows))
+    dz = torch.where(z > 0, ge, slope * ge)
+    gd = torch.zeros_like(d).index_add_(0, rows, dz)
+    gs = torch.zeros_like(s).index_add_(0, cols, dz)
+    gx = torch.zeros_like(x).index_add_(0, cols, _gat_weights(alpha, keep, scale).unsqueeze(-1) * Gi)
+    return gx, gs, gd

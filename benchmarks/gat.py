@@ -1,0 +1,194 @@
+"""Benchmark of ``nn.GATConv`` (on ``graph_attention``) against PyTorch Geometric's ``GATConv``.
+
+Run from the repository root::
+
+    python -m benchmarks.gat --quick     # about a minute
+    python -m benchmarks.gat             # a few minutes on 2 cores
+
+A training step of one layer, forward + backward (the gradients of every parameter), in
+training mode with attention dropout, the same weights in both layers, the edge_index
+given each step (ours builds its pattern once and caches it; PyG adds self loops every
+step, as it does in training).  Graphs: Cora (``--cora``, default ``/work/shared/data/cora.npz``:
+1433 bag-of-words features, 8 heads x 8, dropout 0.6, the GAT paper's first layer) and a
+synthetic power-law graph (benchmarks/_matrices.py: 16 edges per node on average, a few
+hubs; 64 dense features, 8 heads x 8, dropout 0.6; 2*10^5 nodes, 5*10^4 in quick mode).
+Cora's features are dense in both (PyG's layer takes a dense x).
+
+Before timing, both layers are checked against each other with dropout 0 (outputs and
+every parameter gradient, float32, rtol 1e-4).  Times are medians of interleaved steps
+(methods take turns) after a warm-up step.  Peak memory: the rise of the resident set
+over one step, in a fresh process per (graph, method) (benchmarks/_harness.peak_memory).
+Results: benchmarks/results/gat_{quick,full}.{json,md}.  Timings are never asserted on.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see sparse_mm.py)
+
+import torch  # noqa: E402
+
+from . import _harness as H  # noqa: E402
+from ._matrices import MatrixSpec, pattern  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+CORA = "/work/shared/data/cora.npz"
+METHODS = ("ours", "pyg")
+HEADS, CHANNELS, DROPOUT = 8, 8, 0.6
+warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+
+
+def graph(name: str, quick: bool, cora: str):
+    """(x, edge_index) of a case, made the same way in every process."""
+    if name == "cora":
+        import numpy as np
+
+        with np.load(cora) as f:
+            ei = torch.from_numpy(f["edge_index"]).long()
+            x = torch.sparse_csr_tensor(torch.from_numpy(f["x_indptr"]), torch.from_numpy(f["x_indices"]),
+                                        torch.from_numpy(f["x_data"]), tuple(f["x_shape"])).to_dense()
+        return x, ei
+    n = 50_000 if quick else 200_000
+    idx, _ = pattern(MatrixSpec("powerlaw", n, n, per_row=16))
+    x = torch.randn(n, 64, generator=torch.Generator().manual_seed(1))
+    return x, idx.flip(0).contiguous()          # COO (row = target, col = source) -> (source, target)
+
+
+def layers(in_channels: int, dropout: float):
+    """(ours, PyG's), the same weights."""
+    from torch_geometric.nn import GATConv as PyGGATConv
+
+    from torchsparsegradutils.nn import GATConv
+
+    torch.manual_seed(0)
+    pyg = PyGGATConv(in_channels, CHANNELS, heads=HEADS, dropout=dropout)
+    ours = GATConv(in_channels, CHANNELS, heads=HEADS, dropout=dropout)
+    ours.load_state_dict(pyg.state_dict())
+    return {"ours": ours, "pyg": pyg}
+
+
+def step_fn(layer, x, ei, G):
+    params = list(layer.parameters())
+
+    def step():
+        out = layer(x, ei)
+        return torch.autograd.grad(out, params, G)
+    return step
+
+
+def check(x, ei) -> dict:
+    """Max relative differences of ours against PyG with dropout 0 (outputs, gradients)."""
+    ls = layers(x.shape[1], 0.0)
+    G = torch.randn(x.shape[0], HEADS * CHANNELS, generator=torch.Generator().manual_seed(2))
+    res = {}
+    for name, layer in ls.items():
+        out = layer(x, ei)
+        res[name] = (out, torch.autograd.grad(out, list(layer.parameters()), G))
+    (o1, g1), (o2, g2) = res["ours"], res["pyg"]
+    rel = lambda a, b: ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()  # noqa: E731
+    diffs = {"out": rel(o1, o2), **{f"grad {n}": rel(a, b) for (n, _), a, b in
+                                     zip(ls["pyg"].named_parameters(), g1, g2)}}
+    if max(diffs.values()) > 1e-4:
+        raise AssertionError(f"ours differs from PyG's GATConv: {diffs}")
+    return diffs
+
+
+def time_steps(x, ei, reps: int) -> dict:
+    """Median (and min) seconds of a training step per method, interleaved."""
+    ls = layers(x.shape[1], DROPOUT)
+    G = torch.randn(x.shape[0], HEADS * CHANNELS, generator=torch.Generator().manual_seed(2))
+    steps = {name: step_fn(layer.train(), x, ei, G) for name, layer in ls.items()}
+    for s in steps.values():
+        s()                                                 # warm-up (ours: builds and caches the pattern)
+    ts = {name: [] for name in steps}
+    for _ in range(reps):
+        for name, s in steps.items():
+            t0 = time.perf_counter()
+            s()
+            ts[name].append(time.perf_counter() - t0)
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "reps": len(t)} for name, t in ts.items()}
+
+
+def memory_child(case: str, method: str, quick: bool, cora: str, threads: int) -> None:
+    """In a fresh process: one step's peak memory, printed as JSON."""
+    H.env_threads(threads)
+    x, ei = graph(case, quick, cora)
+    layer = layers(x.shape[1], DROPOUT)[method].train()
+    G = torch.randn(x.shape[0], HEADS * CHANNELS)
+    prep = H.Prepared(list(layer.parameters()), lambda *p: layer(x, ei), lambda g: None)
+    print(json.dumps(H.peak_memory(prep, G)))
+
+
+def memory(case: str, method: str, quick: bool, cora: str, threads: int) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.gat", "--memory-of", case, method, "--cora", cora,
+           "--threads", str(threads)] + (["--quick"] if quick else [])
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def markdown(results: dict) -> str:
+    lines = [f"# GATConv training step: ours vs PyG ({results['mode']})", "",
+             f"{results['machine']}, {results['threads']} threads, torch {results['torch']}, "
+             f"torch_geometric {results['torch_geometric']}; one layer, {HEADS} heads x {CHANNELS}, "
+             f"dropout {DROPOUT}, forward + backward, medians of interleaved steps.", "",
+             "| graph | nodes | edges | ours (ms) | PyG (ms) | PyG / ours | ours peak (MB) | PyG peak (MB) "
+             "| ours / PyG memory |", "|---|---|---|---|---|---|---|---|---|"]
+    for c in results["cases"]:
+        t, mem = c["time"], c.get("memory", {})
+        mo, mp = (mem.get(k, {}).get("peak_bytes") for k in METHODS)
+        fmt = lambda b: f"{b / 1e6:.0f}" if b is not None else "-"   # noqa: E731
+        ratio = f"{mo / mp:.2f}" if mo is not None and mp else "-"
+        lines.append(f"| {c['graph']} | {c['nodes']} | {c['edges']} | {t['ours']['median_s'] * 1e3:.1f} | "
+                     f"{t['pyg']['median_s'] * 1e3:.1f} | {t['pyg']['median_s'] / t['ours']['median_s']:.2f} | "
+                     f"{fmt(mo)} | {fmt(mp)} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", type=int, default=torch.get_num_threads())
+    ap.add_argument("--cora", default=CORA)
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--memory-of", nargs=2, metavar=("CASE", "METHOD"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.memory_of:
+        memory_child(*a.memory_of, a.quick, a.cora, a.threads)
+        return 0
+    import torch_geometric
+
+    H.env_threads(a.threads)
+    mode = "quick" if a.quick else "full"
+    results = {"mode": mode, "threads": a.threads, "torch": torch.__version__,
+               "torch_geometric": torch_geometric.__version__, "machine": platform.processor() or platform.machine(),
+               "cases": []}
+    for case in ("cora", "powerlaw"):
+        x, ei = graph(case, a.quick, a.cora)
+        row = {"graph": case, "nodes": x.shape[0], "edges": ei.shape[1], "check": check(x, ei),
+               "time": time_steps(x, ei, 3 if a.quick else 7)}
+        if not a.no_memory:
+            row["memory"] = {m: memory(case, m, a.quick, a.cora, a.threads) for m in METHODS}
+        results["cases"].append(row)
+        print(json.dumps(row), flush=True)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, f"gat_{mode}.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    table = markdown(results)
+    with open(os.path.join(a.out, f"gat_{mode}.md"), "w") as f:
+        f.write(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,317 @@
+"""Tests of graph_attention: against a dense PyTorch reference (the masked softmax of the
+LeakyReLU scores, absent entries -inf, with autograd) for the output, the attention and
+every gradient, gradcheck in float64, dropout (a mask from PyTorch's generator: the same
+under a seed, scaled, off outside training), empty rows and nnz = 0, one and several
+heads, the same bits for 1/2/5 threads, in-place edits after the forward, errors and
+malformed structure, the custom op's opcheck and torch.compile(fullgraph=True) of a
+SparseCSR.  Every test of results runs on both routes: the C kernels and the PyTorch-ops
+one that CUDA takes (forced on CPU here)."""
+import pytest
+import torch
+from conftest import num_threads
+
+from torchsparsegradutils import SparseCSR, _backends, graph_attention
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-12, rtol=1e-10)}
+
+
+@pytest.fixture(params=[False, True], ids=["C", "torch_ops"])
+def path(request, monkeypatch):
+    monkeypatch.setattr(_backends, "force_torch_ops", request.param)
+    return request.param
+
+
+def pattern(n, m, density=0.4, seed=0):
+    """A boolean (n, m) pattern, row 1 and column 2 empty (a target with no sources, a
+    source nobody attends to)."""
+    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) < density
+    if n > 2 and m > 2:
+        mask[1, :] = False
+        mask[:, 2] = False
+    return mask
+
+
+def operands(n, m, H, F, dtype=torch.float64, seed=0):
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = torch.randn(m, H, F, generator=gen, dtype=dtype).requires_grad_()
+    s = torch.randn(m, H, generator=gen, dtype=dtype).requires_grad_()
+    d = torch.randn(n, H, generator=gen, dtype=dtype).requires_grad_()
+    return x, s, d
+
+
+def as_adjacency(mask, layout, itype=torch.int64):
+    D = mask.double()
+    if layout == "coo":
+        return D.to_sparse()
+    A = D.to_sparse_csr()
+    ptr, col = A.crow_indices().to(itype), A.col_indices().to(itype)
+    if layout == "csr":
+        return torch.sparse_csr_tensor(ptr, col, A.values(), D.shape)
+    return SparseCSR(ptr, col, A.values(), tuple(D.shape))
+
+
+def reference(mask, x, s, d, slope=0.2, drop=None):
+    """(out (n, H, F), alpha (H, n, m)) in dense PyTorch: the masked softmax over each row;
+    drop (H, n, m) multiplies alpha (the dropout mask with its scale), if given."""
+    z = s.t()[:, None, :] + d.t()[:, :, None]                     # (H, n, m): s_j + d_i
+    e = torch.nn.functional.leaky_relu(z, slope).masked_fill(~mask, float("-inf"))
+    alpha = torch.softmax(e, -1).nan_to_num(0.0)                   # an empty row: zeros
+    if drop is not None:
+        alpha = alpha * drop
+    return torch.einsum("hnm,mhf->nhf", alpha, x), alpha
+
+
+def at_pattern(alpha, mask):
+    """(H, n, m) -> (nnz, H) in row-major (CSR) order."""
+    return alpha[:, mask].t()
+
+
+@pytest.mark.parametrize("layout", ["sparse_csr", "csr", "coo"])
+@pytest.mark.parametrize("H,F", [(1, 4), (3, 5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_matches_dense_reference(path, layout, H, F, dtype):
+    n, m = 7, 9
+    mask = pattern(n, m)
+    x, s, d = operands(n, m, H, F, dtype)
+    for itype in (torch.int32, torch.int64) if layout != "coo" else (torch.int64,):
+        A = as_adjacency(mask, layout, itype)
+        out, alpha = graph_attention(A, x, s, d, 0.15, return_attention=True)
+        want, walpha = reference(mask, x, s, d, 0.15)
+        torch.testing.assert_close(out, want, **TOL[dtype])
+        torch.testing.assert_close(alpha, at_pattern(walpha, mask), **TOL[dtype])
+        # every gradient, through out and through alpha
+        G = torch.randn(out.shape, dtype=dtype, generator=torch.Generator().manual_seed(3))
+        Ga = torch.randn(alpha.shape, dtype=dtype, generator=torch.Generator().manual_seed(4))
+        got = torch.autograd.grad((out * G).sum() + (alpha * Ga).sum(), (x, s, d))
+        exp = torch.autograd.grad((want * G).sum() + (at_pattern(walpha, mask) * Ga).sum(), (x, s, d))
+        for a, b in zip(got, exp):
+            torch.testing.assert_close(a, b, **TOL[dtype])
+        got = torch.autograd.grad((graph_attention(A, x, s, d, 0.15) * G).sum(), (x, s, d))
+        exp = torch.autograd.grad((reference(mask, x, s, d, 0.15)[0] * G).sum(), (x, s, d))
+        for a, b in zip(got, exp):
+            torch.testing.assert_close(a, b, **TOL[dtype])
+
+
+@pytest.mark.parametrize("H", [1, 2])
+def test_gradcheck(path, H):
+    mask = pattern(5, 6, 0.5, seed=5)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(5, 6, H, 3, seed=5)
+    assert torch.autograd.gradcheck(lambda x, s, d: graph_attention(A, x, s, d, 0.3), (x, s, d))
+    assert torch.autograd.gradcheck(lambda x, s, d: graph_attention(A, x, s, d, 0.3, return_attention=True)[1],
+                                    (x, s, d))
+    # with a dropout mask fixed by the seed: the same mask on every call
+    def dropped(x, s, d):
+        torch.manual_seed(7)
+        return graph_attention(A, x, s, d, 0.3, dropout=0.4)
+    assert torch.autograd.gradcheck(dropped, (x, s, d))
+
+
+def test_scores_at_zero_take_the_positive_side(path):
+    """z = 0 exactly: LeakyReLU's derivative there is the negative slope's, as PyTorch's."""
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    x = torch.randn(2, 1, 2, dtype=torch.float64, requires_grad=True)
+    s = torch.tensor([[0.0], [1.0]], dtype=torch.float64, requires_grad=True)
+    d = torch.tensor([[0.0], [-1.0]], dtype=torch.float64, requires_grad=True)
+    out = graph_attention(as_adjacency(mask, "sparse_csr"), x, s, d, 0.2)
+    want, _ = reference(mask, x, s, d)
+    G = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad((out * G).sum(), (x, s, d)), torch.autograd.grad((want * G).sum(), (x, s, d))):
+        torch.testing.assert_close(a, b)
+
+
+def test_dropout(path):
+    n, m, H = 30, 40, 4
+    mask = pattern(n, m, 0.5, seed=8)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(n, m, H, 3, seed=8)
+    _, full = reference(mask, x, s, d)
+    full = at_pattern(full, mask)
+    torch.manual_seed(9)
+    out1, a1 = graph_attention(A, x, s, d, dropout=0.25, return_attention=True)
+    torch.manual_seed(9)
+    out2, a2 = graph_attention(A, x, s, d, dropout=0.25, return_attention=True)
+    assert torch.equal(out1, out2) and torch.equal(a1, a2)             # the seed fixes the mask
+    kept = a1 != 0
+    assert 0.6 < kept.double().mean() < 0.9                              # about 1 - p kept
+    torch.testing.assert_close(a1[kept], full[kept] / 0.75)              # the kept ones scaled
+    # out is the sum with the dropped attention: the dense reference given the same mask
+    drop = torch.zeros(H, n, m, dtype=x.dtype)
+    drop[:, mask] = (kept.t() / 0.75).to(x.dtype)
+    want, _ = reference(mask, x, s, d, drop=drop)
+    torch.testing.assert_close(out1, want)
+    G = torch.randn_like(out1)
+    for a, b in zip(torch.autograd.grad((out1 * G).sum(), (x, s, d)),
+                    torch.autograd.grad((want * G).sum(), (x, s, d))):
+        torch.testing.assert_close(a, b)
+    torch.manual_seed(10)
+    assert not torch.equal(graph_attention(A, x, s, d, dropout=0.25), out1)   # another seed, another mask
+    # outside training, or p = 0: no dropout; p = 1: everything dropped
+    plain, _ = reference(mask, x, s, d)
+    torch.testing.assert_close(graph_attention(A, x, s, d, dropout=0.25, training=False), plain)
+    torch.testing.assert_close(graph_attention(A, x, s, d, dropout=0.0), plain)
+    assert torch.equal(graph_attention(A, x, s, d, dropout=1.0), torch.zeros_like(plain))
+
+
+def test_dropout_mask_is_the_same_on_both_routes(monkeypatch):
+    mask = pattern(20, 20, 0.5, seed=11)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(20, 20, 2, 3, seed=11)
+    outs = []
+    for route in (False, True):
+        monkeypatch.setattr(_backends, "force_torch_ops", route)
+        torch.manual_seed(12)
+        outs.append(graph_attention(A, x, s, d, dropout=0.5))
+    torch.testing.assert_close(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("n,m", [(0, 0), (0, 3), (3, 0), (4, 5)])
+def test_nnz_zero_and_empty(path, n, m):
+    A = SparseCSR(torch.zeros(n + 1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), torch.zeros(0), (n, m))
+    x, s, d = operands(n, m, 2, 3)
+    out, alpha = graph_attention(A, x, s, d, return_attention=True)
+    assert out.shape == (n, 2, 3) and alpha.shape == (0, 2) and not out.any()
+    gx, gs, gd = torch.autograd.grad(out.sum(), (x, s, d))
+    assert not (gx.any() or gs.any() or gd.any())
+
+
+def test_same_bits_for_any_thread_count():
+    """Large enough that the kernels split rows (forward, scores' gradient) and sources
+    (their sums) over threads."""
+    mask = pattern(600, 500, 0.1, seed=13)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(600, 500, 4, 16, torch.float32, seed=13)
+    results = []
+    for t in (1, 2, 5):
+        with num_threads(t):
+            torch.manual_seed(14)
+            out, alpha = graph_attention(A, x, s, d, dropout=0.3, return_attention=True)
+            G = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+            grads = torch.autograd.grad((out * G).sum() + alpha.sum(), (x, s, d))
+            results.append((out.detach(), alpha.detach(), *grads))
+    for r in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], r))
+
+
+def test_inputs_unchanged_and_edits_after_forward_detected():
+    mask = pattern(5, 6, 0.5)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(5, 6, 2, 3)
+    before = [t.detach().clone() for t in (A.crow_indices, A.col_indices, x, s, d)]
+    graph_attention(A, x, s, d, dropout=0.5).sum().backward()
+    assert all(torch.equal(a, b) for a, b in zip(before, (A.crow_indices, A.col_indices, x, s, d)))
+    for i in range(3):
+        leaves = [t.detach().clone().requires_grad_() for t in (x, s, d)]
+        used = [t * 1 for t in leaves]
+        out = graph_attention(A, *used)
+        with torch.no_grad():
+            used[i].add_(1)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+
+
+def test_errors():
+    mask = pattern(4, 5)
+    A = as_adjacency(mask, "csr")
+    x, s, d = operands(4, 5, 2, 3)
+    with pytest.raises(ValueError, match="2-D sparse COO or CSR"):
+        graph_attention(mask.double(), x, s, d)
+    with pytest.raises(ValueError, match="2-D sparse COO or CSR"):
+        graph_attention(mask.double().to_sparse_csc(), x, s, d)
+    with pytest.raises(ValueError, match="2-D adjacency"):
+        graph_attention(torch.ones(2, 4, 5).to_sparse(), x, s, d)
+    with pytest.raises(ValueError, match="x must be"):
+        graph_attention(A, x[:, 0], s, d)
+    with pytest.raises(ValueError, match="x must be"):
+        graph_attention(A, x[:4], s, d)
+    with pytest.raises(ValueError, match="score_src must be"):
+        graph_attention(A, x, s[:, :1], d)
+    with pytest.raises(ValueError, match="score_src must be"):
+        graph_attention(A, x, s, d[:3])
+    with pytest.raises(TypeError, match="float32 and float64"):
+        graph_attention(A, x.detach().long(), s, d)
+    with pytest.raises(TypeError, match="x's dtype"):
+        graph_attention(A, x, s.float(), d)
+    with pytest.raises(ValueError, match="must be a tensor"):
+        graph_attention(A, x, [1.0], d)
+    for p in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="dropout must be in"):
+            graph_attention(A, x, s, d, dropout=p)
+    S = as_adjacency(mask, "sparse_csr")
+    with pytest.raises(ValueError, match="crow_indices must have shape"):
+        graph_attention(S._replace(crow_indices=S.crow_indices[:-1]), x, s, d)
+
+
+@pytest.mark.parametrize("route", [False, True], ids=["C", "torch_ops"])
+def test_malformed_structure_is_a_value_error(route, monkeypatch):
+    monkeypatch.setattr(_backends, "force_torch_ops", route)
+    x, s, d = operands(2, 3, 2, 3)
+    ptr = torch.tensor([0, 1, 3])
+    for col in (torch.tensor([0, 1, 3]), torch.tensor([0, 2, 1]), torch.tensor([0, -1, 1])):
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            graph_attention(SparseCSR(ptr, col, torch.ones(3), (2, 3)), x, s, d)
+    with pytest.raises(ValueError, match="malformed sparse matrix"):
+        graph_attention(SparseCSR(torch.tensor([0, 2, 1]), torch.tensor([0]), torch.ones(1), (2, 3)), x, s, d)
+
+
+def test_kernels_check_their_arrays():
+    from torchsparsegradutils import _C
+    mask = pattern(4, 5)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = (t.detach() for t in operands(4, 5, 2, 3))
+    nnz = A.col_indices.shape[0]
+    pat = (A.crow_indices, A.col_indices, 4, 5)
+    alpha, out = torch.empty(nnz, 2, dtype=x.dtype), torch.empty(4, 2, 3, dtype=x.dtype)
+    with pytest.raises(ValueError, match="alpha must have shape"):
+        _C.gat_forward(*pat, x, s, d, None, 1.0, 0.2, alpha[:-1], out, 1)
+    with pytest.raises(ValueError, match="s must have shape"):
+        _C.gat_forward(*pat, x, s[:-1], d, None, 1.0, 0.2, alpha, out, 1)
+    with pytest.raises(TypeError, match="dtype of x"):
+        _C.gat_forward(*pat, x, s.float(), d, None, 1.0, 0.2, alpha, out, 1)
+    with pytest.raises(TypeError, match="bool or uint8"):
+        _C.gat_forward(*pat, x, s, d, torch.ones(nnz, 2), 1.0, 0.2, alpha, out, 1)
+    with pytest.raises(ValueError, match="keep must have shape"):
+        _C.gat_forward(*pat, x, s, d, torch.ones(nnz, 1, dtype=torch.bool), 1.0, 0.2, alpha, out, 1)
+    with pytest.raises(ValueError, match="contiguous"):
+        _C.gat_forward(*pat, x.transpose(1, 2).contiguous().transpose(1, 2), s, d, None, 1.0, 0.2, alpha, out, 1)
+    _C.gat_forward(*pat, x, s, d, None, 1.0, 0.2, alpha, out, 1)
+    G, dz, gd = torch.randn_like(out), torch.empty_like(alpha), torch.empty_like(d)
+    with pytest.raises(ValueError, match="grad must have shape"):
+        _C.gat_grad_scores(*pat, x, s, d, None, 1.0, 0.2, alpha, G[:-1], None, dz, gd, 1)
+    with pytest.raises(ValueError, match="grad_alpha must have shape"):
+        _C.gat_grad_scores(*pat, x, s, d, None, 1.0, 0.2, alpha, G, alpha[:-1], dz, gd, 1)
+    with pytest.raises(ValueError, match="grad_x must have shape"):
+        _C.gat_grad_src(*pat, x, None, 1.0, alpha, G, dz, torch.empty(5, 2, 2, dtype=x.dtype), torch.empty_like(s), 1)
+
+
+def test_compiled_sparse_csr_matches_eager():
+    mask = pattern(6, 6, 0.5, seed=15)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(6, 6, 2, 3, torch.float32, seed=15)
+
+    def model(x, s, d):
+        out, alpha = graph_attention(A, x * 2, s, d, 0.1, return_attention=True)
+        return out.sum(1) + alpha.sum()
+
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    outs = []
+    for fn in (compiled, model):
+        y = fn(x, s, d)
+        outs.append((y.detach(), *torch.autograd.grad(y.sum(), (x, s, d))))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b)
+
+
+def test_custom_op_opcheck():
+    mask = pattern(5, 6, 0.5, seed=16)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(5, 6, 2, 3, seed=16)
+    keep = torch.rand(A.col_indices.shape[0], 2) > 0.3
+    args = (A.crow_indices, A.col_indices, [5, 6], x, s, d)
+    for k, scale in ((None, 1.0), (keep, 1.5)):
+        torch.library.opcheck(torch.ops.tsgu.gat.default, (*args, k, scale, 0.2))
+        out, alpha = torch.ops.tsgu.gat(*args, k, scale, 0.2)
+        plain = (A.crow_indices, A.col_indices, [5, 6], x.detach(), s.detach(), d.detach(), k, scale, 0.2,
+                 alpha.detach(), torch.randn_like(out))    # differentiable once: gat_grad has no autograd
+        for galpha in (None, torch.randn_like(alpha)):
+            torch.library.opcheck(torch.ops.tsgu.gat_grad.default, (*plain, galpha))
