@@ -62,7 +62,7 @@ HYPER = {
     "GAT": dict(hidden=8, heads=8, p=0.6, lr=0.005, wd_first_only=False),
 }
 MODES = {
-    "full": dict(datasets=("cora", "citeseer"), seeds=3, epochs=200, n=200_000, reps=10, rounds=2),
+    "full": dict(datasets=("cora", "citeseer"), seeds=3, epochs=200, n=200_000, reps=6, rounds=2),
     "quick": dict(datasets=("cora",), seeds=1, epochs=30, n=20_000, reps=5, rounds=1),
 }
 PAPER = {("GCN", "cora"): 81.5, ("GCN", "citeseer"): 70.3, ("GAT", "cora"): 83.0, ("GAT", "citeseer"): 72.5}
