@@ -65,6 +65,8 @@ MODES = {
     "full": dict(datasets=("cora", "citeseer"), seeds=3, epochs=200, n=200_000, reps=6, rounds=2),
     "quick": dict(datasets=("cora",), seeds=1, epochs=30, n=20_000, reps=5, rounds=1),
 }
+MODELS = ("GCN", "SAGE-mean", "GAT")
+SYNTHETIC = ("SAGE-mean", "GAT")
 PAPER = {("GCN", "cora"): 81.5, ("GCN", "citeseer"): 70.3, ("GAT", "cora"): 83.0, ("GAT", "citeseer"): 72.5}
 
 
@@ -280,18 +282,20 @@ def _cell(rec: dict, lib: str, key: str, fmt: str) -> str:
 
 def markdown(doc: dict) -> str:
     m = doc["machine"]
+    done = len(doc["planetoid"]) + len(doc["synthetic"])
     lines = [f"# GNN benchmarks against PyTorch Geometric ({doc['mode']})", "",
              f"{m['cpu']}, {m['cores']} cores, {doc['threads']} threads, torch {m['torch']}, "
              f"PyG {doc['pyg_version']}; other load {m['background_cpus_busy_start']:.2f} / "
              f"{m['background_cpus_busy_end']:.2f} CPUs busy at start / end (a shared VM: the ratios come from "
-             f"this one side-by-side run). Run took {doc['elapsed_s']:.0f} s.", "",
+             f"this one side-by-side run). Run took {doc['elapsed_s']:.0f} s" + (
+                 "." if done == doc["cases_total"] else f", cut short: {done} of {doc['cases_total']} cases."), "",
              f"## Planetoid: {doc['seeds']} seed(s) x {doc['epochs']} epochs, trained in lockstep", "",
              "Test accuracy (%) of the best-validation epoch, mean over seeds; ms per training step "
              "(forward + backward + Adam), median over all epochs; speed-up = PyG's time / ours. "
              "Ours: sparse features (SparseCSR); PyG: dense features.", "",
              "| model | dataset | paper | PyG acc | ours acc | PyG ms/step | ours ms/step | speed-up | same init "
              "(max diff) |", "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in doc["planetoid"]:
+    for r in sorted(doc["planetoid"], key=lambda r: (r["dataset"] != "cora", MODELS.index(r["model"]))):
         if "unavailable" in r:
             lines.append(f"| {r['model']} | {r['dataset']} | - | - | - | - | - | - | {r['unavailable']} |")
             continue
@@ -370,48 +374,55 @@ def main(argv=None) -> int:
     print(f"gnn benchmarks ({mode}): {machine['cpu']}, {args.threads} threads, other load "
           f"{machine['background_cpus_busy_start']:.2f} CPUs; PyG: {'installed' if gnn else 'not installed'}; "
           f"GATConv: {'yes' if has_gat() else 'not available'}", flush=True)
-    models = ["GCN", "SAGE-mean", "GAT"]
-    planetoid = []
-    for name in cfg["datasets"]:
-        path = os.path.join(args.data, f"{name}.npz")
-        for model in models:
+    # The README's cases first, then the synthetic graph, then the rest: the results are written
+    # after every case, so a run cut short still reports what it measured.
+    cases = [("planetoid", m, d) for d in cfg["datasets"] for m in MODELS]
+    cases = ([c for c in cases if c[2] == "cora" or c[1] == "GCN"] + [("synthetic", m, None) for m in SYNTHETIC]
+             + [c for c in cases if not (c[2] == "cora" or c[1] == "GCN")])
+    doc = {"name": "gnn", "mode": mode, "machine": machine, "threads": args.threads, "seeds": cfg["seeds"],
+           "epochs": cfg["epochs"], "synthetic_n": cfg["n"], "pyg_version": _pyg_version(),
+           "gat_available": has_gat(), "planetoid": [], "synthetic": [], "cases_total": len(cases)}
+    for kind, model, name in cases:
+        if kind == "planetoid":
+            path = os.path.join(args.data, f"{name}.npz")
             if not os.path.exists(path) or (model == "GAT" and not has_gat()):
                 why = "not available (no GATConv)" if os.path.exists(path) else f"no {path}"
-                planetoid.append({"model": model, "dataset": name, "unavailable": why})
-                continue
-            rec = planetoid_case(model, name, path, cfg["seeds"], cfg["epochs"])
-            planetoid.append(rec)
-            print(f"[{time.time() - t0:5.0f}s] {model:9s} {name:8s} " + "  ".join(
-                f"{lib}: {rec[lib]['test_acc']:.1f}% {rec[lib]['ms_per_step']:.2f} ms" for lib in ("ours", "pyg")
-                if lib in rec) + f"  speed-up {_speedup(rec)}", flush=True)
-    synthetic = []
-    for model in ("SAGE-mean", "GAT"):
-        if model == "GAT" and not has_gat():
-            synthetic.append({"model": model, "unavailable": "not available (no GATConv)"})
-            continue
-        rec = synthetic_case(model, cfg["n"], cfg["reps"], cfg["rounds"], args.threads)
-        synthetic.append(rec)
-        print(f"[{time.time() - t0:5.0f}s] {model:9s} power-law n={cfg['n']} " + "  ".join(
-            f"{lib}: " + (rec[lib].get("error") or f"{rec[lib]['ms_per_step']:.0f} ms, peak "
-                          f"{rec[lib]['peak_bytes'] / 1e6:.0f} MB") for lib in ("ours", "pyg") if lib in rec),
-            flush=True)
-    machine["background_cpus_busy_end"] = background_load()
-    doc = {"name": "gnn", "mode": mode, "machine": machine, "threads": args.threads, "seeds": cfg["seeds"],
-           "epochs": cfg["epochs"], "synthetic_n": cfg["n"], "elapsed_s": time.time() - t0,
-           "pyg_version": _pyg_version(), "gat_available": has_gat(), "planetoid": planetoid,
-           "synthetic": synthetic}
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"gnn_{mode}")
+                rec = {"model": model, "dataset": name, "unavailable": why}
+            else:
+                rec = planetoid_case(model, name, path, cfg["seeds"], cfg["epochs"])
+                print(f"[{time.time() - t0:5.0f}s] {model:9s} {name:8s} " + "  ".join(
+                    f"{lib}: {rec[lib]['test_acc']:.1f}% {rec[lib]['ms_per_step']:.2f} ms" for lib in ("ours", "pyg")
+                    if lib in rec) + f"  speed-up {_speedup(rec)}", flush=True)
+            doc["planetoid"].append(rec)
+        elif model == "GAT" and not has_gat():
+            doc["synthetic"].append({"model": model, "unavailable": "not available (no GATConv)"})
+        else:
+            rec = synthetic_case(model, cfg["n"], cfg["reps"], cfg["rounds"], args.threads)
+            doc["synthetic"].append(rec)
+            print(f"[{time.time() - t0:5.0f}s] {model:9s} power-law n={cfg['n']} " + "  ".join(
+                f"{lib}: " + (rec[lib].get("error") or f"{rec[lib]['ms_per_step']:.0f} ms, peak "
+                              f"{rec[lib]['peak_bytes'] / 1e6:.0f} MB") for lib in ("ours", "pyg") if lib in rec),
+                flush=True)
+        machine["background_cpus_busy_end"] = background_load(0.2)
+        doc["elapsed_s"] = time.time() - t0
+        text, written = write(doc, args.out)
+    print()
+    print(text)
+    print(f"wrote {', '.join(written)} (run took {time.time() - t0:.0f} s)")
+    return 0
+
+
+def write(doc: dict, out: str):
+    """(markdown, paths): the JSON, markdown and PNG of the cases done so far."""
+    os.makedirs(out, exist_ok=True)
+    stem = os.path.join(out, f"gnn_{doc['mode']}")
     with open(stem + ".json", "w") as fh:
         json.dump(doc, fh, indent=1)
     text = markdown(doc)
     with open(stem + ".md", "w") as fh:
         fh.write(text)
     png = plot(doc, stem + ".png")
-    print()
-    print(text)
-    print(f"wrote {stem}.json, {stem}.md" + (f", {png}" if png else "") + f" (run took {time.time() - t0:.0f} s)")
-    return 0
+    return text, [stem + ".json", stem + ".md"] + ([png] if png else [])
 
 
 def _pyg_version() -> str:
