@@ -363,7 +363,7 @@ class SAGEConv(torch.nn.Module):
         if transform_first:
             if root and x_src is x_dst:          # one product with both weights: x [W_l^T, W_r^T]
                 H = _linear_t(x_src, torch.cat([Wl.t(), self.lin_r.weight.t()], 1))
-                Hl, Hr = H.split(self.out_channels, 1)   # (its backward concatenates: no zero-filled H)
+                Hl, Hr = H.split([self.out_channels] * 2, 1)   # (its backward concatenates: no zero-filled H)
                 out = sparse_mm(A, Hl, reduce) + Hr
                 root = False
             else:
