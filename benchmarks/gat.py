@@ -12,10 +12,13 @@ step, as it does in training).  Graphs: Cora (``--cora``, default ``/work/shared
 1433 bag-of-words features, 8 heads x 8, dropout 0.6, the GAT paper's first layer) and a
 synthetic power-law graph (benchmarks/_matrices.py: 16 edges per node on average, a few
 hubs; 64 dense features, 8 heads x 8, dropout 0.6; 2*10^5 nodes, 5*10^4 in quick mode).
-Cora's features are dense in both (PyG's layer takes a dense x).
+PyG's layer and ours take the same dense x; on Cora ours also runs on x as a CSR tensor
+("ours sparse x": the bag-of-words rows are 1.3% filled, and the feature transform, the
+largest part of the step there, becomes sparse_mm(x, W^T)).
 
-Before timing, both layers are checked against each other with dropout 0 (outputs and
-every parameter gradient, float32, rtol 1e-4).  Times are medians of interleaved steps
+Before timing, every method is checked against PyG's layer in float64 with dropout 0
+(outputs and every parameter gradient: ours in float64 within 1e-9, in float32 as close as
+PyG's own float32 result).  Times are medians of interleaved steps
 (methods take turns) after a warm-up step.  Peak memory: the rise of the resident set
 over one step, in a fresh process per (graph, method) (benchmarks/_harness.peak_memory).
 Results: benchmarks/results/gat_{quick,full}.{json,md}.  Timings are never asserted on.
@@ -41,8 +44,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 CORA = "/work/shared/data/cora.npz"
-METHODS = ("ours", "pyg")
+# the methods of a case: ours and PyG on the same dense x; on Cora also ours on x as a CSR
+# tensor (bag-of-words rows, 1.3% stored: the feature transform is then sparse_mm)
+METHODS = {"cora": ("ours", "ours sparse x", "pyg"), "powerlaw": ("ours", "pyg")}
 HEADS, CHANNELS, DROPOUT = 8, 8, 0.6
+REPS = {"cora": {False: 41, True: 15}, "powerlaw": {False: 7, True: 3}}    # timed steps (full, quick)
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
 
 
@@ -62,17 +68,19 @@ def graph(name: str, quick: bool, cora: str):
     return x, idx.flip(0).contiguous()          # COO (row = target, col = source) -> (source, target)
 
 
-def layers(in_channels: int, dropout: float):
-    """(ours, PyG's), the same weights."""
+def methods(case: str, x: torch.Tensor, dropout: float):
+    """name -> (layer, its input features): the layers with the same weights."""
     from torch_geometric.nn import GATConv as PyGGATConv
 
     from torchsparsegradutils.nn import GATConv
 
     torch.manual_seed(0)
+    in_channels = x.shape[1]
     pyg = PyGGATConv(in_channels, CHANNELS, heads=HEADS, dropout=dropout)
     ours = GATConv(in_channels, CHANNELS, heads=HEADS, dropout=dropout)
     ours.load_state_dict(pyg.state_dict())
-    return {"ours": ours, "pyg": pyg}
+    every = {"ours": (ours, x), "ours sparse x": (ours, x.to_sparse_csr()), "pyg": (pyg, x)}
+    return {name: every[name] for name in METHODS[case]}
 
 
 def step_fn(layer, x, ei, G):
@@ -84,28 +92,33 @@ def step_fn(layer, x, ei, G):
     return step
 
 
-def check(x, ei) -> dict:
-    """Max relative differences of ours against PyG with dropout 0 (outputs, gradients)."""
-    ls = layers(x.shape[1], 0.0)
+def check(case: str, x, ei) -> dict:
+    """Each method's output and parameter gradients (dropout 0), in float32 and float64,
+    against PyG's in float64: max relative differences.  Ours must match in float64 (1e-9)
+    and be as close in float32 as PyG's own float32 result is (10x, or 1e-5)."""
     G = torch.randn(x.shape[0], HEADS * CHANNELS, generator=torch.Generator().manual_seed(2))
-    res = {}
-    for name, layer in ls.items():
-        out = layer(x, ei)
-        res[name] = (out, torch.autograd.grad(out, list(layer.parameters()), G))
-    (o1, g1), (o2, g2) = res["ours"], res["pyg"]
-    rel = lambda a, b: ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()  # noqa: E731
-    diffs = {"out": rel(o1, o2), **{f"grad {n}": rel(a, b) for (n, _), a, b in
-                                     zip(ls["pyg"].named_parameters(), g1, g2)}}
-    if max(diffs.values()) > 1e-4:
-        raise AssertionError(f"ours differs from PyG's GATConv: {diffs}")
+    results = {}
+    for name, (layer, xin) in methods(case, x, 0.0).items():
+        for dtype in (torch.float32, torch.float64):
+            layer.to(dtype)
+            out = layer(xin.to(dtype), ei)
+            grads = torch.autograd.grad(out, list(layer.parameters()), G.to(dtype))
+            results[name, dtype] = [t.detach().double() for t in (out, *grads)]
+    ref = results["pyg", torch.float64]
+    rel = {key: max(((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item() for a, b in zip(got, ref))
+           for key, got in results.items()}
+    diffs = {f"{name} {str(dtype)[6:]}": d for (name, dtype), d in rel.items()}
+    for name in METHODS[case]:
+        if name != "pyg" and (rel[name, torch.float64] > 1e-9 or
+                              rel[name, torch.float32] > max(10 * rel["pyg", torch.float32], 1e-5)):
+            raise AssertionError(f"{name} differs from PyG's GATConv: {diffs}")
     return diffs
 
 
-def time_steps(x, ei, reps: int) -> dict:
+def time_steps(case: str, x, ei, reps: int) -> dict:
     """Median (and min) seconds of a training step per method, interleaved."""
-    ls = layers(x.shape[1], DROPOUT)
     G = torch.randn(x.shape[0], HEADS * CHANNELS, generator=torch.Generator().manual_seed(2))
-    steps = {name: step_fn(layer.train(), x, ei, G) for name, layer in ls.items()}
+    steps = {name: step_fn(layer.train(), xin, ei, G) for name, (layer, xin) in methods(case, x, DROPOUT).items()}
     for s in steps.values():
         s()                                                 # warm-up (ours: builds and caches the pattern)
     ts = {name: [] for name in steps}
@@ -121,9 +134,10 @@ def memory_child(case: str, method: str, quick: bool, cora: str, threads: int) -
     """In a fresh process: one step's peak memory, printed as JSON."""
     H.env_threads(threads)
     x, ei = graph(case, quick, cora)
-    layer = layers(x.shape[1], DROPOUT)[method].train()
+    layer, xin = methods(case, x, DROPOUT)[method]
+    layer.train()
     G = torch.randn(x.shape[0], HEADS * CHANNELS)
-    prep = H.Prepared(list(layer.parameters()), lambda *p: layer(x, ei), lambda g: None)
+    prep = H.Prepared(list(layer.parameters()), lambda *p: layer(xin, ei), lambda g: None)
     print(json.dumps(H.peak_memory(prep, G)))
 
 
@@ -140,16 +154,16 @@ def markdown(results: dict) -> str:
              f"{results['machine']}, {results['threads']} threads, torch {results['torch']}, "
              f"torch_geometric {results['torch_geometric']}; one layer, {HEADS} heads x {CHANNELS}, "
              f"dropout {DROPOUT}, forward + backward, medians of interleaved steps.", "",
-             "| graph | nodes | edges | ours (ms) | PyG (ms) | PyG / ours | ours peak (MB) | PyG peak (MB) "
-             "| ours / PyG memory |", "|---|---|---|---|---|---|---|---|---|"]
+             "| graph | nodes | edges | method | step (ms) | PyG / this (time) | peak (MB) | this / PyG (memory) |",
+             "|---|---|---|---|---|---|---|---|"]
     for c in results["cases"]:
         t, mem = c["time"], c.get("memory", {})
-        mo, mp = (mem.get(k, {}).get("peak_bytes") for k in METHODS)
-        fmt = lambda b: f"{b / 1e6:.0f}" if b is not None else "-"   # noqa: E731
-        ratio = f"{mo / mp:.2f}" if mo is not None and mp else "-"
-        lines.append(f"| {c['graph']} | {c['nodes']} | {c['edges']} | {t['ours']['median_s'] * 1e3:.1f} | "
-                     f"{t['pyg']['median_s'] * 1e3:.1f} | {t['pyg']['median_s'] / t['ours']['median_s']:.2f} | "
-                     f"{fmt(mo)} | {fmt(mp)} | {ratio} |")
+        peak = {k: mem.get(k, {}).get("peak_bytes") for k in t}
+        for name in t:
+            mo, mp = peak[name], peak["pyg"]
+            mem_cols = f"{mo / 1e6:.0f} | {mo / mp:.2f}" if mo is not None and mp else "- | -"
+            lines.append(f"| {c['graph']} | {c['nodes']} | {c['edges']} | {name} | {t[name]['median_s'] * 1e3:.1f} | "
+                         f"{t['pyg']['median_s'] / t[name]['median_s']:.2f} | {mem_cols} |")
     return "\n".join(lines) + "\n"
 
 
@@ -159,6 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--cora", default=CORA)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--graphs", default="cora,powerlaw", help="comma-separated: cora, powerlaw")
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--memory-of", nargs=2, metavar=("CASE", "METHOD"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -168,16 +183,20 @@ def main(argv=None) -> int:
     import torch_geometric
 
     H.env_threads(a.threads)
-    mode = "quick" if a.quick else "full"
+    mode = ("quick" if a.quick else "full") + ("" if a.graphs == "cora,powerlaw" else "_" + a.graphs.replace(",", "_")) \
+        + ("" if a.threads == 2 else f"_{a.threads}threads")
     results = {"mode": mode, "threads": a.threads, "torch": torch.__version__,
                "torch_geometric": torch_geometric.__version__, "machine": platform.processor() or platform.machine(),
                "cases": []}
-    for case in ("cora", "powerlaw"):
+    for case in a.graphs.split(","):
+        if case == "cora" and not os.path.exists(a.cora):
+            print(f"skipping Cora: {a.cora} not found (--cora PATH)", flush=True)
+            continue
         x, ei = graph(case, a.quick, a.cora)
-        row = {"graph": case, "nodes": x.shape[0], "edges": ei.shape[1], "check": check(x, ei),
-               "time": time_steps(x, ei, 3 if a.quick else 7)}
+        row = {"graph": case, "nodes": x.shape[0], "edges": ei.shape[1], "check": check(case, x, ei),
+               "time": time_steps(case, x, ei, REPS[case][a.quick])}
         if not a.no_memory:
-            row["memory"] = {m: memory(case, m, a.quick, a.cora, a.threads) for m in METHODS}
+            row["memory"] = {m: memory(case, m, a.quick, a.cora, a.threads) for m in METHODS[case]}
         results["cases"].append(row)
         print(json.dumps(row), flush=True)
     os.makedirs(a.out, exist_ok=True)

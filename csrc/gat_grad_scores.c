@@ -11,6 +11,7 @@
  * Each row is done by one thread, so the bits do not depend on the thread count. */
 #include <stdlib.h>
 #include "tsgu.h"
+#include "tsgu_gat.h"
 #include "tsgu_parallel.h"
 
 typedef struct {
@@ -43,9 +44,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_scores_rows)(const gat_gra
     const tsgu_gat *g = x->g;
     const idx_t *Aj = A->col;
     const real_t *X = g->x, *s = g->s, *d = g->d, *alpha = x->alpha, *G = x->G, *galpha = x->galpha;
-    const uint8_t *keep = g->keep;
     real_t *dz = x->dz, *gd = x->gd;
-    const int64_t H = g->heads, HF = H * F, m = A->ncols;
+    const int64_t H = g->heads, HF = H * F, m = A->ncols, nnz = A->nnz;
+    const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
     const acc_t slope = (acc_t)g->slope, scale = (acc_t)g->scale;
     double *c = ws, *sd = ws + H;
     for (int64_t i = r0; i < r1; i++) {
@@ -57,15 +58,18 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_scores_rows)(const gat_gra
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
+            int64_t jn = e + ahead < nnz ? Aj[e + ahead] : -1;    /* not yet checked: no arithmetic */
+            TSGU_PREFETCH_ROW(X, jn, m, HF, 0, HF);             /* the gathered rows, soon */
+            TSGU_PREFETCH_ROW(s, jn, m, H, 0, H);
             const real_t *xj = X + j * HF, *a = alpha + e * H;
             real_t *t = dz + e * H;
             for (int64_t h = 0; h < H; h++) {
                 acc_t ga = galpha ? galpha[e * H + h] : 0;
-                if (!keep || keep[e * H + h]) {
+                if (!tsgu_gat_dropped(g, e * H + h)) {
                     const real_t *restrict xh = xj + h * F, *restrict gh = gi + h * F;
                     acc_t dot = 0;
                     for (int64_t f = 0; f < F; f++) dot += gh[f] * xh[f];
-                    ga += keep ? dot * scale : dot;
+                    ga += dot * scale;
                 }
                 t[h] = ga;
                 c[h] += a[h] * ga;
@@ -88,7 +92,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_scores_rows)(const gat_gra
 TSGU_ISA_ATTR static int TSGU_FN(gat_grad_scores_width)(const gat_grad_scores_ctx *x, int64_t r0, int64_t r1,
                                                         double *ws)
 {
-    TSGU_BY_WIDTH(x->g->feats, TSGU_FN(gat_grad_scores_rows), x, r0, r1, ws)
+    TSGU_GAT_BY_WIDTH(x->g->feats, TSGU_FN(gat_grad_scores_rows), x, r0, r1, ws)
 }
 
 TSGU_ISA_ATTR static int TSGU_FN(gat_grad_scores_range)(void *vctx, int64_t r0, int64_t r1)

@@ -9,6 +9,7 @@
  * increasing i -- the order of the serial loop -- so the bits do not depend on the
  * thread count. */
 #include "tsgu.h"
+#include "tsgu_gat.h"
 #include "tsgu_parallel.h"
 
 typedef struct {
@@ -48,9 +49,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_src_cols)(const gat_grad_s
     const tsgu_gat *g = x->g;
     const idx_t *Aj = A->col;
     const real_t *alpha = x->alpha, *G = x->G, *dz = x->dz;
-    const uint8_t *keep = g->keep;
     real_t *gx = x->gx, *gs = x->gs;
-    const int64_t H = g->heads, HF = H * F, n = A->nrows, m = A->ncols;
+    const int64_t H = g->heads, HF = H * F, n = A->nrows, m = A->ncols, nnz = A->nnz;
+    const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
     const int64_t j0 = m * t / x->T, j1 = m * (t + 1) / x->T;
     const acc_t scale = (acc_t)g->scale;
     for (int64_t q = j0 * HF; q < j1 * HF; q++) gx[q] = 0;   /* sums start at zero */
@@ -63,13 +64,18 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_src_cols)(const gat_grad_s
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
+            int64_t jn = e + ahead < nnz ? Aj[e + ahead] : -1;    /* not yet checked: no arithmetic */
+            if (jn >= j0 && jn < j1) {                            /* an own row updated soon */
+                TSGU_PREFETCH_ROW(gx, jn, j1, HF, 0, HF);
+                TSGU_PREFETCH_ROW(gs, jn, j1, H, 0, H);
+            }
             if (j < j0 || j >= j1) continue;          /* another thread's column */
             const real_t *a = alpha + e * H, *t_ = dz + e * H;
             real_t *gxj = gx + j * HF, *gsj = gs + j * H;
             for (int64_t h = 0; h < H; h++) {
                 gsj[h] += t_[h];
-                if (keep && !keep[e * H + h]) continue;   /* dropped */
-                const acc_t w = keep ? a[h] * scale : a[h];
+                if (tsgu_gat_dropped(g, e * H + h)) continue;
+                const acc_t w = a[h] * scale;
                 const real_t *restrict gh = gi + h * F;
                 real_t *restrict oh = gxj + h * F;
                 for (int64_t f = 0; f < F; f++) oh[f] += w * gh[f];
@@ -82,7 +88,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_src_cols)(const gat_grad_s
 TSGU_ISA_ATTR static int TSGU_FN(gat_grad_src_task)(void *vctx, int64_t t)
 {
     const gat_grad_src_ctx *x = vctx;
-    TSGU_BY_WIDTH(x->g->feats, TSGU_FN(gat_grad_src_cols), x, t)
+    TSGU_GAT_BY_WIDTH(x->g->feats, TSGU_FN(gat_grad_src_cols), x, t)
 }
 
 #endif

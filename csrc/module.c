@@ -277,11 +277,12 @@ static PyMethodDef methods[] = {
     {"softmax_grad", py_softmax_grad, METH_VARARGS, "softmax_grad(crow, col, batch, n, m, y, grad, log, out, nthreads)"},
     /* graph_attention (glue_gat.c) */
     {"gat_forward", py_gat_forward, METH_VARARGS,
-     "gat_forward(crow, col, n, m, x, s, d, keep, scale, slope, alpha, out, nthreads)"},
+     "gat_forward(crow, col, n, m, x, s, d, seed, drop, scale, slope, alpha, out, nthreads)"},
     {"gat_grad_scores", py_gat_grad_scores, METH_VARARGS,
-     "gat_grad_scores(crow, col, n, m, x, s, d, keep, scale, slope, alpha, grad, grad_alpha, dz, grad_d, nthreads)"},
+     "gat_grad_scores(crow, col, n, m, x, s, d, seed, drop, scale, slope, alpha, grad, grad_alpha, dz, grad_d, "
+     "nthreads)"},
     {"gat_grad_src", py_gat_grad_src, METH_VARARGS,
-     "gat_grad_src(crow, col, n, m, x, keep, scale, alpha, grad, dz, grad_x, grad_s, nthreads)"},
+     "gat_grad_src(crow, col, n, m, x, seed, drop, scale, alpha, grad, dz, grad_x, grad_s, nthreads)"},
 #ifdef TSGU_CUDA
     {"cuda_csr_check", py_cuda_csr_check, METH_VARARGS,
      "cuda_csr_check(crow, col, batch, n, m, item_nnz, flag, stream): raises for a malformed structure"},

@@ -59,6 +59,22 @@ def num_threads(t: int):
         torch.set_num_threads(old)
 
 
+def assert_compiles_like_eager(model, *inputs):
+    """model(*inputs) under torch.compile(fullgraph=True) (no graph break) gives the eager
+    output and parameter gradients (of the output's sum of squares)."""
+    torch._dynamo.reset()
+    try:
+        out_c = torch.compile(model, fullgraph=True, backend="aot_eager")(*inputs)
+        grads_c = torch.autograd.grad(out_c.square().sum(), list(model.parameters()))
+    finally:
+        torch._dynamo.reset()
+    out_e = model(*inputs)
+    grads_e = torch.autograd.grad(out_e.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
+    for gc, ge in zip(grads_c, grads_e):
+        torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------- sparse operands
 def random_dense(batch, n, m, nnz, dtype, gen, empty_rows=True):
     """Dense (batch, n, m) with exactly min(nnz, cells) nonzeros per item; row 0 empty if asked."""

@@ -11,6 +11,7 @@ import torch
 from conftest import num_threads
 
 from torchsparsegradutils import SparseCSR, _backends, graph_attention
+from torchsparsegradutils._core.view import CSRView
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-12, rtol=1e-10)}
 
@@ -263,25 +264,43 @@ def test_kernels_check_their_arrays():
     pat = (A.crow_indices, A.col_indices, 4, 5)
     alpha, out = torch.empty(nnz, 2, dtype=x.dtype), torch.empty(4, 2, 3, dtype=x.dtype)
     with pytest.raises(ValueError, match="alpha must have shape"):
-        _C.gat_forward(*pat, x, s, d, None, 1.0, 0.2, alpha[:-1], out, 1)
+        _C.gat_forward(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha[:-1], out, 1)
     with pytest.raises(ValueError, match="s must have shape"):
-        _C.gat_forward(*pat, x, s[:-1], d, None, 1.0, 0.2, alpha, out, 1)
+        _C.gat_forward(*pat, x, s[:-1], d, 0, 0, 1.0, 0.2, alpha, out, 1)
     with pytest.raises(TypeError, match="dtype of x"):
-        _C.gat_forward(*pat, x, s.float(), d, None, 1.0, 0.2, alpha, out, 1)
-    with pytest.raises(TypeError, match="bool or uint8"):
-        _C.gat_forward(*pat, x, s, d, torch.ones(nnz, 2), 1.0, 0.2, alpha, out, 1)
-    with pytest.raises(ValueError, match="keep must have shape"):
-        _C.gat_forward(*pat, x, s, d, torch.ones(nnz, 1, dtype=torch.bool), 1.0, 0.2, alpha, out, 1)
+        _C.gat_forward(*pat, x, s.float(), d, 0, 0, 1.0, 0.2, alpha, out, 1)
+    with pytest.raises(ValueError, match="drop must be in"):
+        _C.gat_forward(*pat, x, s, d, 0, 2**24 + 1, 1.0, 0.2, alpha, out, 1)
     with pytest.raises(ValueError, match="contiguous"):
-        _C.gat_forward(*pat, x.transpose(1, 2).contiguous().transpose(1, 2), s, d, None, 1.0, 0.2, alpha, out, 1)
-    _C.gat_forward(*pat, x, s, d, None, 1.0, 0.2, alpha, out, 1)
+        _C.gat_forward(*pat, x.transpose(1, 2).contiguous().transpose(1, 2), s, d, 0, 0, 1.0, 0.2, alpha, out, 1)
+    _C.gat_forward(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha, out, 1)
     G, dz, gd = torch.randn_like(out), torch.empty_like(alpha), torch.empty_like(d)
     with pytest.raises(ValueError, match="grad must have shape"):
-        _C.gat_grad_scores(*pat, x, s, d, None, 1.0, 0.2, alpha, G[:-1], None, dz, gd, 1)
+        _C.gat_grad_scores(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha, G[:-1], None, dz, gd, 1)
     with pytest.raises(ValueError, match="grad_alpha must have shape"):
-        _C.gat_grad_scores(*pat, x, s, d, None, 1.0, 0.2, alpha, G, alpha[:-1], dz, gd, 1)
+        _C.gat_grad_scores(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha, G, alpha[:-1], dz, gd, 1)
     with pytest.raises(ValueError, match="grad_x must have shape"):
-        _C.gat_grad_src(*pat, x, None, 1.0, alpha, G, dz, torch.empty(5, 2, 2, dtype=x.dtype), torch.empty_like(s), 1)
+        _C.gat_grad_src(*pat, x, 0, 0, 1.0, alpha, G, dz, torch.empty(5, 2, 2, dtype=x.dtype), torch.empty_like(s), 1)
+
+
+def test_dropout_draw_is_the_kernels():
+    """The torch-ops draw (what CUDA and return_attention use) drops exactly the (entry,
+    head) pairs the C kernels drop, for seeds of either sign."""
+    from torchsparsegradutils._backends import torch_ops
+    mask = torch.ones(3, 50, dtype=torch.bool)
+    A = as_adjacency(mask, "sparse_csr")
+    x = torch.ones(50, 4, 1, dtype=torch.float64)
+    s, d = torch.zeros(50, 4, dtype=torch.float64), torch.zeros(3, 4, dtype=torch.float64)
+    view = CSRView(A.crow_indices, A.col_indices, None, 1, 3, 50, torch.Size((3, 50)))
+    for seed in (torch.tensor([12345]), torch.tensor([-2**63]), torch.tensor([2**63 - 1])):
+        _, alpha = _backends.cpu.gat(view, x, s, d, None, 0, 1.0, 0.2)
+        G = torch.ones(3, 4, 1, dtype=torch.float64)
+        # the gradient of x's rows through the attention: alpha * scale where kept, 0 where dropped
+        gx, _, _ = _backends.cpu.gat_grad(view, x, s, d, seed, 2**23, 2.0, 0.2, alpha, G, None)
+        dropped = torch_ops.gat_dropped(seed, 150, 4, 2**23).reshape(3, 50, 4)
+        want = torch.where(dropped, 0.0, alpha.reshape(3, 50, 4) * 2.0).sum(0)
+        torch.testing.assert_close(gx[..., 0], want)
+        assert 0.4 < dropped.double().mean() < 0.6
 
 
 def test_compiled_sparse_csr_matches_eager():
@@ -306,12 +325,11 @@ def test_custom_op_opcheck():
     mask = pattern(5, 6, 0.5, seed=16)
     A = as_adjacency(mask, "sparse_csr")
     x, s, d = operands(5, 6, 2, 3, seed=16)
-    keep = torch.rand(A.col_indices.shape[0], 2) > 0.3
     args = (A.crow_indices, A.col_indices, [5, 6], x, s, d)
-    for k, scale in ((None, 1.0), (keep, 1.5)):
-        torch.library.opcheck(torch.ops.tsgu.gat.default, (*args, k, scale, 0.2))
-        out, alpha = torch.ops.tsgu.gat(*args, k, scale, 0.2)
-        plain = (A.crow_indices, A.col_indices, [5, 6], x.detach(), s.detach(), d.detach(), k, scale, 0.2,
+    for seed, drop, scale in ((None, 0, 1.0), (torch.tensor([7]), 2**22, 1.5)):
+        torch.library.opcheck(torch.ops.tsgu.gat.default, (*args, seed, drop, scale, 0.2))
+        out, alpha = torch.ops.tsgu.gat(*args, seed, drop, scale, 0.2)
+        plain = (A.crow_indices, A.col_indices, [5, 6], x.detach(), s.detach(), d.detach(), seed, drop, scale, 0.2,
                  alpha.detach(), torch.randn_like(out))    # differentiable once: gat_grad has no autograd
         for galpha in (None, torch.randn_like(alpha)):
             torch.library.opcheck(torch.ops.tsgu.gat_grad.default, (*plain, galpha))

@@ -5,7 +5,7 @@ import io
 import pytest
 import torch
 
-from conftest import child_outcomes, seeded
+from conftest import assert_compiles_like_eager, child_outcomes, seeded
 
 from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import GATConv, GCNConv, SAGEConv, SparseLinear, dropout, gcn_norm, sage_adjacency
@@ -467,24 +467,11 @@ class _SAGEModel(torch.nn.Module):
 def test_sage_conv_fullgraph_compile_on_a_sparse_csr(aggr):
     """fullgraph=True (no graph break) on a SparseCSR adjacency: outputs and parameter
     gradients as eager."""
-    torch._dynamo.reset()
     gen = seeded("sage compile", aggr)
     n = 40
     ei = torch.randint(0, n, (2, 160), generator=gen)
     A, reduce = sage_adjacency(ei, n, "max")                       # ones: every reduce on it is PyG's
-    x = torch.randn(n, 6, generator=gen)
-    model = _SAGEModel(aggr)
-    try:
-        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-        out_c = compiled(x, A)
-        grads_c = torch.autograd.grad(out_c.square().sum(), list(model.parameters()))
-    finally:
-        torch._dynamo.reset()
-    out_e = model(x, A)
-    grads_e = torch.autograd.grad(out_e.square().sum(), list(model.parameters()))
-    torch.testing.assert_close(out_c, out_e, rtol=1e-5, atol=1e-5)
-    for gc, ge in zip(grads_c, grads_e):
-        torch.testing.assert_close(gc, ge, rtol=1e-5, atol=1e-5)
+    assert_compiles_like_eager(_SAGEModel(aggr), torch.randn(n, 6, generator=gen), A)
 
 
 # ---------------------------------------------------------------- sparse input features

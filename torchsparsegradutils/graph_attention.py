@@ -14,7 +14,7 @@ from typing import Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _ops
+from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only
@@ -53,7 +53,10 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
     score_dst : ``(n, H)``, ``d`` above (in GAT, ``(x_dst * att_dst).sum(-1)``).
     negative_slope : LeakyReLU's slope for negative scores.
     dropout : the probability of dropping an attention weight, in ``[0, 1]``.
-    training : apply dropout (as :func:`torch.nn.functional.dropout`'s ``training``).
+    training : apply dropout (as :func:`torch.nn.functional.dropout`'s ``training``).  The
+        mask is not stored: a seed drawn from PyTorch's generator keys a counter-based
+        hash of each (entry, head), which the forward and the backward both evaluate;
+        ``dropout`` is applied in steps of 2^-24.
     return_attention : also return ``alpha`` ``(nnz, H)``, after dropout, one row per
         stored entry in the adjacency's CSR order (a COO adjacency's coalesced order).
 
@@ -81,19 +84,21 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
             [[0., 0.]]])
     """
     _check(adjacency, x, score_src, score_dst, dropout)
-    keep, scale = None, 1.0
+    seed, drop, scale = None, 0, 1.0
     if training and dropout > 0:
+        seed = torch.randint(-2**63, 2**63 - 1, (1,), dtype=torch.int64, device=x.device)  # PyTorch's generator
+        drop = round(dropout * 2**24)
         scale = 1.0 / (1.0 - dropout) if dropout < 1 else 0.0
-        E = adjacency.col_indices.shape[0] if isinstance(adjacency, SparseCSR) else adjacency._nnz()
-        keep = torch.rand(E, x.shape[1], dtype=x.dtype, device=x.device) >= dropout
     if isinstance(adjacency, SparseCSR):
         view = CSRView(adjacency.crow_indices, adjacency.col_indices, None, 1, *adjacency.size, adjacency.shape)
     else:
         view = _pattern(adjacency)
-    out, alpha = _ops.gat(view, x, score_src, score_dst, keep, scale, float(negative_slope))
+    out, alpha = _ops.gat(view, x, score_src, score_dst, seed, drop, scale, float(negative_slope))
     if not return_attention:
         return out
-    return out, (alpha if keep is None else alpha * keep * scale)
+    if drop:
+        alpha = torch.where(_backends.gat_dropped(seed, *alpha.shape, drop), 0.0, alpha * scale)
+    return out, alpha
 
 
 @eager_only

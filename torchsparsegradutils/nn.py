@@ -498,7 +498,7 @@ class GATConv(torch.nn.Module):
         H, C = self.heads, self.out_channels
         n = x.shape[0]
         h = _linear(x, self.lin.weight).view(n, H, C)
-        s, d = (h * self.att_src).sum(-1), (h * self.att_dst).sum(-1)
+        s, d = _AttentionScores.apply(h, torch.cat([self.att_src, self.att_dst])).unbind(0)
         if isinstance(adjacency, SparseCSR) or (isinstance(adjacency, torch.Tensor) and
                                                adjacency.layout in (torch.sparse_coo, torch.sparse_csr)):
             A = adjacency
@@ -518,6 +518,27 @@ class GATConv(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, heads={self.heads}, concat={self.concat}, "
                 f"dropout={self.dropout}, add_self_loops={self.add_self_loops}, bias={self.bias is not None}")
+
+
+class _AttentionScores(torch.autograd.Function):
+    """(s, d) = ((h * att[0]).sum(-1), (h * att[1]).sum(-1)), stacked (2, n, H), for h (n, H, C)
+    and att (2, H, C), with PyG's rounding (a product, then a sum over C: scores computed
+    by einsum's matrix product instead round differently, and on 2*10^5 nodes the float32
+    gradients of att then stray ten times further from float64), in two ops forward and
+    three backward, where autograd through the products and sums written out takes ten
+    small ones (on a loaded machine each waits for its threads)."""
+
+    @staticmethod
+    def forward(ctx, h, att):
+        ctx.save_for_backward(h, att)
+        return (h.unsqueeze(0) * att.unsqueeze(1)).sum(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        h, att = ctx.saved_tensors
+        dh = torch.einsum("knh,khc->nhc", g, att) if ctx.needs_input_grad[0] else None
+        datt = (g.unsqueeze(-1) * h).sum(1) if ctx.needs_input_grad[1] else None
+        return dh, datt
 
 
 def gat_adjacency(edge_index: torch.Tensor, num_nodes: int, add_self_loops: bool = True) -> SparseCSR:

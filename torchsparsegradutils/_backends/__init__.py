@@ -313,16 +313,25 @@ def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
 
 # ------------------------------------------------------ graph attention (graph_attention)
 # A 2-D view (n, m): row i a target node, its columns j the sources it attends to; x (m,
-# H, F), s (m, H), d (n, H), contiguous; keep None or a bool (nnz, H) dropout mask,
-# scale a kept entry's factor; slope LeakyReLU's.  No CUDA kernel of ours.
-def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, keep, scale: float, slope: float):
+# H, F), s (m, H), d (n, H), contiguous; dropout: (entry e, head h) is dropped when its
+# draw (gat_dropped) is below drop (of 2^24), seed an int64 tensor of one element (None
+# without dropout), scale a kept entry's factor; slope LeakyReLU's.  No CUDA kernel of ours.
+def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+        slope: float):
     """(out, alpha): alpha[e,h] = softmax over row i's entries of LeakyReLU(s[j,h] + d[i,h]),
-    out[i,h,:] = sum over row i of alpha * keep * scale * x[j,h,:]; out (n, H, F), alpha (nnz, H)."""
-    return _backend(False, x, s, d).gat(A, x, s, d, keep, scale, slope)
+    out[i,h,:] = sum over row i of alpha * (0 if dropped else scale) * x[j,h,:]; out (n, H, F),
+    alpha (nnz, H), before dropout."""
+    return _backend(False, x, s, d).gat(A, x, s, d, seed, drop, scale, slope)
 
 
-def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, keep, scale: float, slope: float,
-             alpha: torch.Tensor, G: torch.Tensor, galpha):
+def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+             slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
     """(gx, gs, gd): the gradients w.r.t. x, s and d of gat's out (upstream G) and alpha
     (upstream galpha, or None)."""
-    return _backend(False, x, G, alpha).gat_grad(A, x, s, d, keep, scale, slope, alpha, G, galpha)
+    return _backend(False, x, G, alpha).gat_grad(A, x, s, d, seed, drop, scale, slope, alpha, G, galpha)
+
+
+def gat_dropped(seed: torch.Tensor, nnz: int, heads: int, drop: int) -> torch.Tensor:
+    """bool (nnz, heads): which attention weights gat's dropout drops (the kernels' draw,
+    csrc/tsgu_gat.h), for return_attention: PyTorch's ops on every device."""
+    return torch_ops.gat_dropped(seed, nnz, heads, drop)
