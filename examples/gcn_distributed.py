@@ -26,12 +26,26 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gcn import GCN, load, synthetic  # noqa: E402
+from gcn import load, synthetic  # noqa: E402
 
+from torchsparsegradutils import sparse_mm  # noqa: E402
 from torchsparsegradutils.distributed import DistSparseCSR, dist_sparse_mm, partition_report, reorder  # noqa: E402
 from torchsparsegradutils.nn import gcn_norm  # noqa: E402
 
 TIMEOUT = datetime.timedelta(seconds=60)
+
+
+class GCN(torch.nn.Module):
+    """Two GCN layers, A l2(relu(A l1(x))) with each product by A through `matmul`; no
+    dropout (the runs are compared step by step)."""
+
+    def __init__(self, f: int, hidden: int, classes: int, matmul=sparse_mm):
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(f, hidden), torch.nn.Linear(hidden, classes)
+        self.matmul = matmul
+
+    def forward(self, A, x):
+        return self.matmul(A, self.l2(torch.relu(self.matmul(A, self.l1(x)))))
 
 
 def train(model, A, x, y, train_mask, n_train: int, steps: int, matmul_is_dist: bool):
@@ -71,6 +85,7 @@ def main(argv=None) -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
         x, edge_index, y, train_idx, _, _ = load(args.data) if args.data else synthetic()
+        x = x.to_torch().to_dense()                            # gcn.py's sparse features, made dense here
         n, classes = x.shape[0], int(y.max()) + 1
         A = gcn_norm(edge_index, n).to_torch()
         train_mask = torch.zeros(n, dtype=torch.bool)
@@ -81,7 +96,7 @@ def main(argv=None) -> int:
         part = DistSparseCSR.from_global(A.to(device) if rank == 0 else None, timeout=TIMEOUT)
         rows = slice(part.start, part.end)
         torch.manual_seed(0)
-        model = GCN(x.shape[1], 16, classes, matmul=dist_sparse_mm, dropout=0.0).to(device)
+        model = GCN(x.shape[1], 16, classes, matmul=dist_sparse_mm).to(device)
         t_dist = train(model, part, x[rows].to(device), y[rows].to(device), train_mask[rows].to(device),
                        len(train_idx), args.steps, True)
         ok = True
@@ -91,7 +106,7 @@ def main(argv=None) -> int:
                   f"{[r['rows'] for r in report]}, halo rows per rank {[r['halo'] for r in report]}, "
                   f"{sum(r['cut'] for r in report)} of {A._nnz()} entries cut")
             torch.manual_seed(0)
-            single = GCN(x.shape[1], 16, classes, dropout=0.0).to(device)
+            single = GCN(x.shape[1], 16, classes).to(device)
             t_one = train(single, A.to(device), x.to(device), y.to(device), train_mask.to(device), len(train_idx),
                           args.steps, False)
             pairs = [(a.detach(), b.detach()) for a, b in zip(model.parameters(), single.parameters())]

@@ -8,7 +8,7 @@ import torch
 from conftest import assert_compiles_like_eager, child_outcomes, seeded
 
 from torchsparsegradutils import SparseCSR
-from torchsparsegradutils.nn import GATConv, GCNConv, SAGEConv, SparseLinear, gcn_norm, sage_adjacency
+from torchsparsegradutils.nn import GATConv, GCNConv, SAGEConv, SparseLinear, dropout, gcn_norm, sage_adjacency
 
 
 def _dense_weight(layer: SparseLinear) -> torch.Tensor:
@@ -551,3 +551,34 @@ def test_sparse_linear_transpose_structure_is_cached():
     first = layer._transpose_structure()
     layer(x)
     assert layer._transpose_structure() is first
+
+
+@pytest.mark.parametrize("kind", ["coo", "coo_uncoalesced", "csr", "SparseCSR"])
+def test_dropout_of_sparse_features_is_dense_dropout_at_the_stored_entries(kind):
+    """The mask drawn for the stored values, applied to the dense x, is F.dropout's result:
+    dropped entries are 0, kept ones scaled by 1/(1-p), x's zeros stay zero; the gradient
+    reaches x's values on its pattern, and eval mode hands x back."""
+    gen = seeded("dropout", kind)
+    x = _bag_of_words(30, 40, gen)
+    xs = _sparse_features(kind, x)
+    if kind != "SparseCSR":
+        xs = xs.requires_grad_()
+    torch.manual_seed(0)
+    out = dropout(xs, 0.3)
+    dense = (out.to_torch() if kind == "SparseCSR" else out).to_dense().detach()
+    kept = dense != 0
+    assert not kept[x == 0].any()
+    assert 0 < kept.sum() < (x != 0).sum()                     # some dropped, some kept
+    torch.testing.assert_close(dense[kept], x[kept] / 0.7)
+    if kind != "SparseCSR":
+        G = torch.randn(x.shape, dtype=x.dtype, generator=gen)
+        (out.to_dense() * G).sum().backward()
+        torch.testing.assert_close(xs.grad.to_dense(), G * kept / 0.7)
+    assert dropout(xs, 0.3, training=False) is xs
+    d = torch.rand(5, 6, generator=gen)
+    torch.manual_seed(1)
+    want = torch.nn.functional.dropout(d, 0.3)
+    torch.manual_seed(1)
+    torch.testing.assert_close(dropout(d, 0.3), want)
+    with pytest.raises(ValueError, match="dropout probability"):
+        dropout(xs, 1.5)

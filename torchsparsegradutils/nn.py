@@ -1,5 +1,5 @@
 """Layers on sparse_mm: a linear layer with a fixed sparsity pattern, and graph convolutions
-(GCN, GraphSAGE, and GAT on graph_attention).
+(GCN, GraphSAGE, and GAT on graph_attention); dropout of features that may be sparse.
 
 Each takes its input features ``x`` dense, as a torch sparse tensor (COO or CSR) or as a
 :class:`~torchsparsegradutils.SparseCSR`: a sparse ``x`` is multiplied by the weight with
@@ -20,6 +20,7 @@ from ._core.sparse_csr import SparseCSR
 from ._core.view import entry_rows
 from .graph_attention import graph_attention
 from .sparse_matmul import sparse_mm
+from .sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 from .utils.utils import _compress_row_indices
 
 
@@ -145,6 +146,34 @@ class SparseLinear(torch.nn.Module):
         density = self.nnz / max(1, self.in_features * self.out_features)
         return (f"in_features={self.in_features}, out_features={self.out_features}, nnz={self.nnz} "
                 f"(density {density:.3g}), bias={self.bias is not None}")
+
+
+def dropout(x, p: float = 0.5, training: bool = True):
+    r"""Dropout of node features ``x`` that may be sparse: :func:`torch.nn.functional.dropout`
+    on a dense ``x``; on a sparse one (:class:`~torchsparsegradutils.SparseCSR`, torch COO
+    or CSR) each stored entry is zeroed with probability ``p`` and the others scaled by
+    ``1 / (1 - p)``, which is what dense dropout does to the matrix (its zeros stay zero),
+    in O(nnz) and without densifying.  The result has ``x``'s layout and index tensors
+    (a COO ``x`` is coalesced first), differentiable in its values.
+
+    >>> x = SparseCSR.from_torch(torch.eye(3).to_sparse_csr())
+    >>> dropout(x, 0.5, training=False) is x
+    True
+    >>> dropout(x, 0.0).values
+    tensor([1., 1., 1.])
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    if not _is_sparse(x):
+        return F.dropout(x, p, training)
+    if not training:
+        return x
+    if isinstance(x, SparseCSR):
+        return x._replace(values=F.dropout(x.values, p))
+    if x.layout == torch.sparse_csr:
+        return sparse_csr_tensor(x.crow_indices(), x.col_indices(), F.dropout(x.values(), p), x.shape)
+    x = x.coalesce()
+    return sparse_coo_tensor(x.indices(), F.dropout(x.values(), p), x.shape, is_coalesced=True)
 
 
 def gcn_norm(edge_index: torch.Tensor, num_nodes: int, edge_weight: Optional[torch.Tensor] = None,
@@ -334,7 +363,8 @@ class SAGEConv(torch.nn.Module):
         if transform_first:
             if root and x_src is x_dst:          # one product with both weights: x [W_l^T, W_r^T]
                 H = _linear_t(x_src, torch.cat([Wl.t(), self.lin_r.weight.t()], 1))
-                out = sparse_mm(A, H[:, :self.out_channels], reduce) + H[:, self.out_channels:]
+                Hl, Hr = H.split([self.out_channels] * 2, 1)   # (its backward concatenates: no zero-filled H)
+                out = sparse_mm(A, Hl, reduce) + Hr
                 root = False
             else:
                 out = sparse_mm(A, _linear(x_src, Wl), reduce)
