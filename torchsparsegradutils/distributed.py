@@ -68,7 +68,15 @@ def partition_report(A, bounds: torch.Tensor) -> List[dict]:
     entries, its halo (the rows of B it receives in a product's forward, and sends
     back in its backward), its sends (the rows of B it sends in a forward, counted once
     per rank that receives them) and its cut (its entries whose column another rank
-    owns): the exchange plans of every rank, simulated in one process."""
+    owns): the exchange plans of every rank, simulated in one process.
+
+    >>> A = torch.tensor([[1., 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1], [1, 0, 0, 1]]).to_sparse()
+    >>> bounds = partition_rows(A, 2)        # rows 0-1 and 2-3, 4 entries each
+    >>> bounds
+    tensor([0, 2, 4])
+    >>> [(r["halo"], r["cut"], r["sends"]) for r in partition_report(A, bounds)]
+    [(1, 1, 1), (1, 1, 1)]
+    """
     crow, col = _pattern(A)
     bounds = _check_bounds(bounds, crow.numel() - 1)
     world = bounds.numel() - 1
