@@ -466,16 +466,11 @@ def _gat_weights(alpha: torch.Tensor, seed, drop: int, scale: float) -> torch.Te
 
 def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
         slope: float):
-    """As cpu.gat: the row's max, its shifted sum of exps, then the weighted rows of x."""
+    """As cpu.gat: the softmax of each row's scores, then the weighted rows of x."""
     rows, cols, z = _gat_scores(A, s, d)
-    e = torch.nn.functional.leaky_relu(z, slope)
-    n, H = A.nrows, x.shape[1]
-    idx = rows.unsqueeze(1).expand(-1, H)
-    mx = e.new_full((n, H), float("-inf")).scatter_reduce_(0, idx, e, "amax")
-    p = (e - mx.index_select(0, rows)).exp()
-    alpha = p / p.new_zeros(n, H).index_add_(0, rows, p).index_select(0, rows)
+    alpha = softmax(A._replace(values=torch.nn.functional.leaky_relu(z, slope)), True, False)
     w = _gat_weights(alpha, seed, drop, scale)
-    out = x.new_zeros(n, *x.shape[1:]).index_add_(0, rows, w.unsqueeze(-1) * x.index_select(0, cols))
+    out = x.new_zeros(A.nrows, *x.shape[1:]).index_add_(0, rows, w.unsqueeze(-1) * x.index_select(0, cols))
     return out, alpha
 
 
