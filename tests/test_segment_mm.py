@@ -3,11 +3,9 @@
 import pytest
 import torch
 from test_gather_mm import (DTYPES, HAS_CUDA, SHAPES, check_against_reference, check_inplace_detected,
-                            check_thread_bits, path, random_operands)
+                            check_thread_bits, random_operands)
 
 from torchsparsegradutils import segment_mm
-
-__all__ = ["path"]  # the fixture, imported for use here
 
 
 def random_lengths(N, R, gen, itype=torch.int64):

@@ -3,11 +3,9 @@ calls (inputs and reference from test_sparse_logsumexp)."""
 import pytest
 import torch
 from test_sparse_logsumexp import (DTYPES, HAS_CUDA, LAYOUTS, TOL, dense_grad_at_entries, dense_reference,
-                                   leaf_sparse, path, random_dense, to_layout)
+                                   leaf_sparse, random_dense, to_layout)
 
 from torchsparsegradutils import sparse_bidir_logsumexp, sparse_logsumexp
-
-__all__ = ["path"]  # the fixture, imported for use here
 
 
 def batched_input(layout, dtype, seed):
