@@ -359,6 +359,10 @@ def main(argv=None) -> int:
                     help="the folder of cora.npz and citeseer.npz")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seeds", type=int, help="Planetoid seeds (default: 3, quick: 1)")
+    ap.add_argument("--case", action="append", metavar="MODEL/DATASET",
+                    help="only these Planetoid cases (e.g. GAT/cora; repeatable), no synthetic graph; "
+                         "the results are named after them")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -366,7 +370,7 @@ def main(argv=None) -> int:
         return 0
     torch.set_num_threads(args.threads)
     mode = "quick" if args.quick else "full"
-    cfg = MODES[mode]
+    cfg = dict(MODES[mode], **({"seeds": args.seeds} if args.seeds else {}))
     t0 = time.time()
     machine = machine_info(args.threads)
     machine["background_cpus_busy_start"] = background_load()
@@ -379,6 +383,13 @@ def main(argv=None) -> int:
     cases = [("planetoid", m, d) for d in cfg["datasets"] for m in MODELS]
     cases = ([c for c in cases if c[2] == "cora" or c[1] == "GCN"] + [("synthetic", m, None) for m in SYNTHETIC]
              + [c for c in cases if not (c[2] == "cora" or c[1] == "GCN")])
+    if args.case:
+        wanted = [tuple(c.split("/")) for c in args.case]
+        unknown = [c for c in wanted if len(c) != 2 or c[0] not in MODELS or c[1] not in ("cora", "citeseer")]
+        if unknown:
+            ap.error(f"--case takes MODEL/DATASET with MODEL in {MODELS} and DATASET cora or citeseer; got {unknown}")
+        cases = [("planetoid", m, d) for m, d in wanted]
+        mode += "_" + "_".join(f"{m}_{d}" for m, d in wanted) + f"_seeds{cfg['seeds']}"
     doc = {"name": "gnn", "mode": mode, "machine": machine, "threads": args.threads, "seeds": cfg["seeds"],
            "epochs": cfg["epochs"], "synthetic_n": cfg["n"], "pyg_version": _pyg_version(),
            "gat_available": has_gat(), "planetoid": [], "synthetic": [], "cases_total": len(cases)}

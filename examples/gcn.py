@@ -34,7 +34,6 @@ import torch.nn.functional as F  # noqa: E402
 from torchsparsegradutils import SparseCSR  # noqa: E402
 from torchsparsegradutils.nn import GCNConv, dropout, gcn_norm  # noqa: E402
 
-warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
 
 
 def load(path: str):
@@ -67,7 +66,9 @@ def synthetic(n: int = 2708, classes: int = 7, features: int = 1433, seed: int =
     keep = src != dst
     edge_index = torch.cat([torch.stack([src, dst]), torch.stack([dst, src])], 1)[:, keep.repeat(2)]
     rates = torch.rand(classes, features, generator=g) ** 4 * 0.05
-    x = SparseCSR.from_torch((torch.rand(n, features, generator=g) < rates[y]).float().to_sparse_csr())
+    words = torch.rand(n, features, generator=g) < rates[y]
+    crow = torch.cat([torch.zeros(1, dtype=torch.int64), words.sum(1).cumsum(0)])
+    x = SparseCSR(crow, words.nonzero()[:, 1], torch.ones(int(crow[-1])), (n, features))
     perm = torch.randperm(n, generator=g)
     train = torch.cat([perm[y[perm] == c][:20] for c in range(classes)])
     rest = perm[~torch.isin(perm, train)]
@@ -100,8 +101,10 @@ class TorchSparseGCN(GCN):
     def forward(self, x):
         S = self.adjacency()
         rows = torch.repeat_interleave(torch.arange(self.num_nodes), S.crow_indices.diff())
-        A = torch.sparse_coo_tensor(torch.stack([rows, S.col_indices]), S.values, S.size)
-        x = torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), 0.5, self.training), x.shape)   # x: COO
+        with warnings.catch_warnings():      # PyTorch's note on its constructor's unchecked invariants
+            warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+            A = torch.sparse_coo_tensor(torch.stack([rows, S.col_indices]), S.values, S.size)
+            x = torch.sparse_coo_tensor(x.indices(), F.dropout(x.values(), 0.5, self.training), x.shape)   # x: COO
         h = F.relu(torch.sparse.mm(A, torch.sparse.mm(x, self.conv1.lin.weight.t())) + self.conv1.bias)
         h = F.dropout(h, 0.5, self.training)
         return torch.sparse.mm(A, h @ self.conv2.lin.weight.t()) + self.conv2.bias

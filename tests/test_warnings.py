@@ -84,7 +84,7 @@ def test_user_csr_construction_still_warns():
 
 def test_gcn_example_prints_no_sparse_warning():
     proc = subprocess.run([sys.executable, "-W", "always", os.path.join(PACKAGE_ROOT, "examples", "gcn.py"),
-                           "--seeds", "1", "--epochs", "2", "--no-compare"],
+                           "--epochs", "2", "--compare-steps", "1"],
                           capture_output=True, text=True, timeout=300, env=child_env())
     assert proc.returncode == 0, proc.stderr
     assert INVARIANTS not in proc.stderr and CSR_BETA not in proc.stderr, proc.stderr

@@ -28,7 +28,8 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from . import _backends
-from ._core.intake import as_csr
+from ._core.intake import as_csr, coo_structure
+from ._core.torch_sparse import csr_tensor
 from ._core.validate import MM_DTYPES, dtype_names
 from ._core.view import CSRView, entry_rows, view_of
 
@@ -105,15 +106,12 @@ def reorder(A, method: str = "rcm"):
     crow, col = _pattern(A)
     n = crow.numel() - 1
     rows = entry_rows(crow)
-    sym = torch.sparse_coo_tensor(torch.stack([torch.cat([rows, col]), torch.cat([col, rows])]),
-                                  torch.ones(2 * col.numel()), (n, n)).coalesce().to_sparse_csr()
-    perm = _breadth_first(sym.crow_indices(), sym.col_indices(), method == "rcm")
+    sym = coo_structure(torch.stack([torch.cat([rows, col]), torch.cat([col, rows])]), (n, n))
+    perm = _breadth_first(sym.ptr, sym.indices[1], method == "rcm")
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(n)
-    view = as_csr(A)
-    Aperm = torch.sparse_coo_tensor(torch.stack([inverse[rows], inverse[col]]), view.values.detach(),
-                                    (n, n)).coalesce().to_sparse_csr()
-    return Aperm, perm
+    moved = coo_structure(torch.stack([inverse[rows], inverse[col]]), (n, n))
+    return csr_tensor(moved.ptr, moved.indices[1], moved.values_of(as_csr(A).values.detach()), (n, n)), perm
 
 
 def _breadth_first(crow: torch.Tensor, col: torch.Tensor, cuthill_mckee: bool) -> torch.Tensor:
