@@ -305,6 +305,8 @@ def markdown(doc: dict) -> str:
                      f"{_cell(r, 'pyg', 'test_acc', '{:.1f}')} | {_cell(r, 'ours', 'test_acc', '{:.1f}')} | "
                      f"{_cell(r, 'pyg', 'ms_per_step', '{:.1f}')} | {_cell(r, 'ours', 'ms_per_step', '{:.2f}')} | "
                      f"{_speedup(r)} | {init} |")
+    if not doc["synthetic"]:                      # a run of --case: Planetoid only
+        return "\n".join(lines) + "\n"
     lines += ["", f"## Synthetic power-law graph: {doc['synthetic_n']} nodes, 16 in-edges per node on average, "
               "64 features", "",
               "Full-batch training step of a two-layer model; peak = resident memory of one step above what the "
