@@ -23,7 +23,7 @@ from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only
+from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only, refuse_create_graph
 from ._core.view import CSRView, check_arrays, kernel_array
 
 __all__ = ["sampled_addmm"]
@@ -185,9 +185,7 @@ class SampledAddmm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, G):
-        if torch.is_grad_enabled():          # create_graph=True: a graph of the backward is wanted
-            raise RuntimeError("sampled_addmm of a torch sparse tensor is differentiable once; for second "
-                               "derivatives (create_graph=True) pass a SparseCSR")
+        refuse_create_graph("sampled_addmm")
         view, _, (X, _, Yt) = load_operand(ctx)
         g = kernel_array(view.values_at(G))
         need_a, need_x, need_y = ctx.needs_input_grad[:3]

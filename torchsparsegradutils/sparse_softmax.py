@@ -21,7 +21,8 @@ from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import HALF_DTYPES, SUPPORTED_DTYPES, constant_dim, dtype_names, eager_only
+from ._core.validate import (HALF_DTYPES, SUPPORTED_DTYPES, constant_dim, dtype_names, eager_only,
+                             refuse_create_graph)
 from ._core.view import check_arrays
 
 __all__ = ["sparse_softmax", "sparse_log_softmax"]
@@ -157,9 +158,7 @@ class SparseSoftmax(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, G):
-        if torch.is_grad_enabled():          # create_graph=True: a graph of the backward is wanted
-            raise RuntimeError("sparse_softmax / sparse_log_softmax of a torch sparse tensor are differentiable "
-                               "once; for second derivatives (create_graph=True) pass a SparseCSR")
+        refuse_create_graph("sparse_softmax / sparse_log_softmax")
         view, _, (y,) = load_operand(ctx)
         g = view.values_at(G).reshape(y.shape)
         return view.grad_like(_backends.softmax_grad(view, y, g, ctx.by_rows, ctx.log)), None, None

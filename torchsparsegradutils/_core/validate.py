@@ -70,6 +70,15 @@ _eval_frame_callback = getattr(getattr(getattr(torch._C, "_dynamo", None), "eval
                                "get_eval_frame_callback", None)
 
 
+def refuse_create_graph(op: str) -> None:
+    """In the backward of an op on a torch sparse tensor, differentiable once: a
+    RuntimeError when a graph of the backward is asked for (create_graph=True), naming
+    the way to second derivatives."""
+    if torch.is_grad_enabled():
+        raise RuntimeError(f"{op} of a torch sparse tensor: differentiable once; for second derivatives "
+                           "(create_graph=True) pass a SparseCSR")
+
+
 def records_graph(*tensors) -> bool:
     """Does an op on these tensors need its autograd.Function: grad mode on and one
     of them requiring grad, or a forward-mode AD level open (any tensor may carry a
