@@ -285,7 +285,7 @@ class DistSparseCSR:
         rank order).  Collective: the ranks exchange what they were given and raise the
         same ValueError, naming the rank at fault, wherever one part is malformed or
         the parts disagree; then they build the exchange plan."""
-        rank, world = dist.get_rank(group), dist.get_world_size(group)
+        world = dist.get_world_size(group)
         code, start, end, dtype_id = _local_problem(row, col, values, rows, n)
         mine = torch.tensor([code, start, end, n if isinstance(n, int) else -1, dtype_id], dtype=torch.int64,
                             device=_comm_device(group))
