@@ -58,6 +58,20 @@ def path(request, monkeypatch):
     return request.param
 
 
+def assert_layer_matches(ours, theirs, x, adjacency):
+    """ours(x, adjacency) equals theirs (a reference layer with the same weights) in its
+    output and its gradients w.r.t. x and every parameter, and ours on x made sparse
+    (the same numbers) gives the same output.  Returns theirs' output."""
+    a, b = theirs(x, adjacency), ours(x, adjacency)
+    torch.testing.assert_close(b, a)
+    G = torch.randn_like(a)
+    for g, r in zip(torch.autograd.grad(b, [x, *ours.parameters()], G),
+                    torch.autograd.grad(a, [x, *theirs.parameters()], G)):
+        torch.testing.assert_close(g, r)
+    torch.testing.assert_close(ours(x.detach().to_sparse(), adjacency), a.detach())
+    return a
+
+
 @contextlib.contextmanager
 def num_threads(t: int):
     old = torch.get_num_threads()

@@ -5,7 +5,7 @@ repeated edges, the cached pattern, a SparseCSR or torch sparse adjacency, spars
 features, errors and torch.compile(fullgraph=True) on a SparseCSR."""
 import pytest
 import torch
-from conftest import assert_compiles_like_eager, dense_gat_conv, seeded
+from conftest import assert_compiles_like_eager, assert_layer_matches, dense_gat_conv, seeded
 
 from torchsparsegradutils.nn import GATConv, gat_adjacency
 
@@ -36,14 +36,8 @@ def _pair(i, o, seed=0, **kw):
 def test_matches_pyg(heads, concat, loops):
     ours, theirs = _pair(5, 3, heads=heads, concat=concat, add_self_loops=loops, negative_slope=0.3)
     x = torch.randn(7, 5, dtype=torch.float64, generator=seeded("gat pyg", heads), requires_grad=True)
-    a, b = theirs(x, EDGES), ours(x, EDGES)
-    torch.testing.assert_close(b, a)
-    G = torch.randn_like(a)
-    for g, r in zip(_grads(b, [x, *ours.parameters()], G), _grads(a, [x, *theirs.parameters()], G)):
-        torch.testing.assert_close(g, r)
-    xs = x.detach().to_sparse()                  # sparse features, the same numbers
-    torch.testing.assert_close(ours(xs, EDGES), a.detach())
-    torch.testing.assert_close(b, dense_gat_conv(x, EDGES, ours.lin.weight, ours.att_src, ours.att_dst, ours.bias,
+    assert_layer_matches(ours, theirs, x, EDGES)
+    torch.testing.assert_close(ours(x, EDGES), dense_gat_conv(x, EDGES, ours.lin.weight, ours.att_src, ours.att_dst, ours.bias,
                                                  concat, loops, 0.3))
 
 

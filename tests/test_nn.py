@@ -5,7 +5,7 @@ import io
 import pytest
 import torch
 
-from conftest import assert_compiles_like_eager, child_outcomes, seeded
+from conftest import assert_compiles_like_eager, assert_layer_matches, child_outcomes, seeded
 
 from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import GATConv, GCNConv, SAGEConv, SparseLinear, dropout, gcn_norm, sage_adjacency
@@ -342,13 +342,7 @@ def test_sage_conv_matches_pyg(aggr):
             ours = SAGEConv(i, o, aggr=aggr, normalize=normalize).double()
             ours.load_state_dict(theirs.state_dict())
             x = torch.randn(6, i, dtype=torch.float64, requires_grad=True)
-            a, b = theirs(x, SAGE_EDGES), ours(x, SAGE_EDGES)
-            torch.testing.assert_close(b, a)
-            G = torch.randn_like(a)
-            for g, r in zip(_grads(b, [x, *ours.parameters()], G), _grads(a, [x, *theirs.parameters()], G)):
-                torch.testing.assert_close(g, r)
-            xs = x.detach().to_sparse()                      # sparse features, the same numbers
-            torch.testing.assert_close(ours(xs, SAGE_EDGES), a.detach())
+            assert_layer_matches(ours, theirs, x, SAGE_EDGES)
 
 
 @pytest.mark.parametrize("aggr", SAGE_AGGRS)
