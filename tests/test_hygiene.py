@@ -235,6 +235,7 @@ def test_child_runner_reports_each_outcome():
         "ok": "OK", "crash": "CRASH", "error": "ValueError", "modified": "MODIFIED"}
 
 
+@pytest.mark.xdist_group("malformed")       # one worker runs the session's child processes
 @pytest.mark.parametrize("op,name", _params(MALFORMED_IDS))
 def test_malformed_structure_is_value_error(malformed_outcomes, op, name):
     op.fn()
