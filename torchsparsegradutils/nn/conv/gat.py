@@ -15,13 +15,13 @@ from typing import Optional, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ._core.intake import checked_view, coo_structure
-from ._core.sparse_csr import SparseCSR
-from ._core.view import entry_rows
-from .graph_attention import graph_attention
-from .sparse_matmul import sparse_mm
-from .sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
-from .utils.utils import _compress_row_indices
+from ..._core.intake import checked_view, coo_structure
+from ..._core.sparse_csr import SparseCSR
+from ..._core.view import entry_rows
+from ...graph_attention import graph_attention
+from ...sparse_matmul import sparse_mm
+from ...sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
+from ...utils.utils import _compress_row_indices
 
 
 class SparseLinear(torch.nn.Module):
