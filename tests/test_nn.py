@@ -345,6 +345,79 @@ def test_sage_conv_matches_pyg(aggr):
             assert_layer_matches(ours, theirs, x, SAGE_EDGES)
 
 
+def _sage_max_grads_like_pyg(x, edge_index):
+    """x.grad of ours and of PyG's SAGEConv(aggr="max") with the same weights (root weight
+    off, so that x's gradient is the aggregation's alone) for one random G, and ours on
+    x.to_sparse() (its gradient PyG's at x's nonzeros, the pattern it is kept on)."""
+    gnn = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(0)
+    theirs = gnn.SAGEConv(x.shape[1], 3, aggr="max", root_weight=False).double()
+    ours = SAGEConv(x.shape[1], 3, aggr="max", root_weight=False).double()
+    ours.load_state_dict(theirs.state_dict())
+    G = torch.randn(x.shape[0], 3, dtype=torch.float64)
+    outs = []
+    for layer, x_in in ((ours, x), (theirs, x), (ours, x.detach().to_sparse())):
+        x_in = x_in.detach().requires_grad_()
+        out = layer(x_in, edge_index)
+        outs.append((out, torch.autograd.grad(out, x_in, G)[0].to_dense()))
+    (ours_out, ours_grad), (their_out, their_grad), (sparse_out, sparse_grad) = outs
+    torch.testing.assert_close(ours_out, their_out)
+    torch.testing.assert_close(sparse_out, their_out)
+    return ours_grad, their_grad, sparse_grad, their_grad * (x != 0)
+
+
+def test_sage_max_splits_tied_gradient_like_pyg():
+    """Issue 26, defect 7: two neighbours with equal features sending to one node share its
+    gradient evenly, as PyG's (torch.scatter_reduce "amax") does; sparse_mm's "amax" gave
+    it all to the first.  A tie in one feature only, a tie of three with one of them sent
+    twice (PyG counts each message), and a feature-wise mix, in float64."""
+    x = torch.tensor([[1.0, 2.0, -3.0],
+                      [1.0, 2.0, -3.0],          # = node 0: tied in every feature
+                      [0.5, 2.0, -1.0],          # tied with 0 and 1 in feature 1 only
+                      [4.0, -1.0, 5.0]], dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 0, 1, 2, 2, 3, 0],
+                               [3, 3, 2, 2, 1, 1, 0, 1]])    # 2 -> 1 twice; 0 -> 1 once
+    ours, theirs, sparse, theirs_on_pattern = _sage_max_grads_like_pyg(x, edge_index)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-15)
+    torch.testing.assert_close(sparse, theirs_on_pattern, rtol=0, atol=1e-15)
+
+
+def test_sage_max_of_zero_counts_pyg_start_value_like_pyg():
+    """Where the maximum is exactly 0 PyG's scatter (torch.scatter_reduce "amax" with
+    include_self=False) counts the zero it starts from as one more tie: k tied
+    neighbours get G / (k + 1) each.  Ours gives the same, the case ReLU features make
+    common; a node without neighbours still gives 0 and sends nothing."""
+    x = torch.tensor([[0.0, -1.0], [0.0, -1.0], [-2.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
+    edge_index = torch.tensor([[0, 1, 2, 0, 2], [3, 3, 3, 2, 0]])
+    ours, theirs, sparse, theirs_on_pattern = _sage_max_grads_like_pyg(x, edge_index)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-15)
+    torch.testing.assert_close(sparse, theirs_on_pattern, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("block", [None, 7])
+def test_sage_max_gradient_matches_pyg_with_many_ties(block, monkeypatch):
+    """Small integer features (ties everywhere, zeros among them) on a random graph with
+    repeated edges: PyG's gradient, in one block of rows and in blocks of 7 products."""
+    from torchsparsegradutils.nn import _aggr
+    if block is not None:
+        monkeypatch.setattr(_aggr, "_BLOCK", block)
+    gen = seeded("sage max ties", block)
+    x = torch.randint(-2, 3, (30, 4), generator=gen).to(torch.float64)
+    ours, theirs, sparse, theirs_on_pattern = _sage_max_grads_like_pyg(x, torch.randint(0, 30, (2, 120), generator=gen))
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-14)
+    torch.testing.assert_close(sparse, theirs_on_pattern, rtol=0, atol=1e-14)
+
+
+def test_max_aggregation_custom_op_passes_opcheck():
+    from torchsparsegradutils.nn._aggr import max_aggregation  # noqa: F401 (registers the op)
+    gen = seeded("max aggregation opcheck")
+    A, _ = sage_adjacency(torch.randint(0, 6, (2, 14), generator=gen), 6, "max", dtype=torch.float64)
+    a = A.values.clone().requires_grad_()
+    x = torch.randint(-1, 2, (6, 3), generator=gen).to(torch.float64).requires_grad_()
+    torch.library.opcheck(torch.ops.tsgu.max_aggregation.default, (A.crow_indices, A.col_indices, list(A.size), a,
+                                                                    None, x))
+
+
 @pytest.mark.parametrize("aggr", SAGE_AGGRS)
 def test_sage_conv_bipartite_matches_pyg(aggr):
     gnn = pytest.importorskip("torch_geometric.nn")

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from ..._core.intake import coo_structure
 from ..._core.sparse_csr import SparseCSR
 from ...sparse_matmul import sparse_mm
+from .._aggr import max_aggregation
 from .._features import check_features, is_sparse, linear, linear_t, to_dense_features
 from ._edge_index import cached, check_edge_index, moved
 
@@ -65,7 +66,7 @@ class SAGEConv(torch.nn.Module):
         self.aggr, self.root_weight, self.normalize = aggr, root_weight, normalize
         self.lin_l = torch.nn.Linear(src, out_channels, bias=bias)
         self.lin_r = torch.nn.Linear(dst, out_channels, bias=False) if root_weight else None
-        self._cache = None            # (key, copy of edge_index, (SparseCSR, reduce))
+        self._cache = None            # (key, copy of edge_index, (SparseCSR, reduce, message counts))
 
     def reset_parameters(self) -> None:
         self.lin_l.reset_parameters()
@@ -77,12 +78,17 @@ class SAGEConv(torch.nn.Module):
         (``num_nodes`` an int, or the pair ``(n_source, n_target)``) and the
         ``sparse_mm`` reduction that gives ``aggr``; cached (see the class notes)."""
         n_src, n_dst = (num_nodes, num_nodes) if isinstance(num_nodes, int) else num_nodes
+
+        return self._aggregation(edge_index, (n_src, n_dst))[:2]
+
+    def _aggregation(self, edge_index: torch.Tensor, num_nodes: Tuple[int, int]):
+        """:func:`_aggregation` of edge_index on the layer's device and dtype, cached."""
         weight = self.lin_l.weight
-        key = (n_src, n_dst, weight.dtype, weight.device, self.aggr)
+        key = (*num_nodes, weight.dtype, weight.device, self.aggr)
 
         def build():
-            S, reduce = sage_adjacency(edge_index, (n_src, n_dst), self.aggr, dtype=weight.dtype)
-            return moved(S, weight.device), reduce
+            S, reduce, messages = _aggregation(edge_index, num_nodes, self.aggr, weight.dtype)
+            return moved(S, weight.device), reduce, None if messages is None else messages.to(weight.device)
         return cached(self, key, edge_index, build)
 
     def forward(self, x, adjacency) -> torch.Tensor:
@@ -92,13 +98,13 @@ class SAGEConv(torch.nn.Module):
                 check_features(t, "x")
         if isinstance(adjacency, SparseCSR) or (isinstance(adjacency, torch.Tensor) and
                                                adjacency.layout in (torch.sparse_coo, torch.sparse_csr)):
-            A, reduce = adjacency, _SAGE_AGGR[self.aggr]
+            A, reduce, messages = adjacency, _SAGE_AGGR[self.aggr], None
         else:
             n_dst = x_dst.shape[0] if x_dst is not None else None
             if n_dst is None:
                 raise ValueError("with x = (x_source, None), give the adjacency as a SparseCSR of shape "
                                  "(n_target, n_source)")
-            A, reduce = self.adjacency(adjacency, (x_src.shape[0], n_dst))
+            A, reduce, messages = self._aggregation(adjacency, (x_src.shape[0], n_dst))
         root = self.lin_r is not None and x_dst is not None
         if root and A.shape[-2] != x_dst.shape[0]:
             raise ValueError(f"the adjacency has {A.shape[-2]} target rows but x has {x_dst.shape[0]} target "
@@ -115,7 +121,7 @@ class SAGEConv(torch.nn.Module):
                 out = sparse_mm(A, linear(x_src, Wl), reduce)
         else:
             xs = to_dense_features(x_src) if is_sparse(x_src) else x_src
-            out = F.linear(sparse_mm(A, xs, reduce), Wl)
+            out = F.linear(max_aggregation(A, xs, messages) if self.aggr == "max" else sparse_mm(A, xs, reduce), Wl)
         if root:
             out = out + linear(x_dst, self.lin_r.weight)
         if self.lin_l.bias is not None:
@@ -145,6 +151,14 @@ def sage_adjacency(edge_index: torch.Tensor, num_nodes: Union[int, Tuple[int, in
             [0.6667, 0.0000, 0.3333],
             [0.0000, 0.0000, 0.0000]]), 'sum')
     """
+    S, reduce, _ = _aggregation(edge_index, num_nodes, aggr, dtype)
+    return S, reduce
+
+
+def _aggregation(edge_index: torch.Tensor, num_nodes: Union[int, Tuple[int, int]], aggr: str, dtype: torch.dtype):
+    """sage_adjacency's (A, reduce), and for "max" the number of messages at each of A's
+    entries (an edge given k times is k messages, each a tie of the others for PyG's
+    gradient; None for "mean" and "sum", whose values count them)."""
     if not isinstance(aggr, str) or aggr not in _SAGE_AGGR:
         raise ValueError(f"aggr must be one of 'mean', 'max', 'sum', got {aggr!r}")
     check_edge_index(edge_index)
@@ -154,10 +168,11 @@ def sage_adjacency(edge_index: torch.Tensor, num_nodes: Union[int, Tuple[int, in
     device = edge_index.device
     s = coo_structure(edge_index.flip(0).long().contiguous(), (n_dst, n_src))   # ValueError: id out of range
     rows, cols = s.indices
-    if aggr == "max":
-        return SparseCSR(s.ptr, cols, torch.ones(rows.shape[0], dtype=dtype, device=device), (n_dst, n_src)), "amax"
     counts = s.values_of(torch.ones(edge_index.shape[1], dtype=dtype, device=device))
+    if aggr == "max":
+        return SparseCSR(s.ptr, cols, torch.ones(rows.shape[0], dtype=dtype, device=device), (n_dst, n_src)), "amax", \
+            counts
     if aggr == "mean":
         deg = counts.new_zeros(n_dst).index_add(0, rows, counts)
         counts = counts / deg[rows]
-    return SparseCSR(s.ptr, cols, counts, (n_dst, n_src)), "sum"
+    return SparseCSR(s.ptr, cols, counts, (n_dst, n_src)), "sum", None
