@@ -48,6 +48,12 @@ class SAGEConv(torch.nn.Module):
     aggregates the ``out_channels``-wide rows; ``"max"`` aggregates ``x`` itself (a
     sparse ``x`` is made dense for it).
 
+    ``"max"``'s gradient is PyG's: ``G[i, k]`` split evenly among the messages equal to
+    the maximum (an edge listed twice is two), and, where the maximum is exactly 0, one
+    more share for the 0 PyG's scatter starts from, dropped; ``sparse_mm``'s ``"amax"``
+    gives it all to the first entry of a tie instead (``torch.sparse.mm``'s rule).  See
+    :mod:`torchsparsegradutils.nn._aggr`.
+
     >>> _ = torch.manual_seed(0)
     >>> conv = SAGEConv(3, 2, aggr="max")
     >>> conv(torch.randn(4, 3), torch.tensor([[0, 1, 2], [1, 2, 3]])).shape
