@@ -1,0 +1,101 @@
+"""The max aggregation of the graph layers (PyG's ``MaxAggregation``): the forward is
+``sparse_mm(A, x, "amax")``; the gradient is PyG's, which differs from that op's at ties.
+
+``sparse_mm``'s ``"amax"`` keeps PyTorch's ``torch.sparse.mm`` rule: all of ``G[i, k]``
+goes to the first entry of row ``i`` whose product gave ``C[i, k]``.  PyG aggregates by
+``torch.scatter_reduce(..., "amax", include_self=False)`` over the edges, whose
+gradient splits ``G[i, k]`` evenly among every message equal to the maximum, and, where
+the maximum is exactly 0, counts the 0 the scatter starts from as one more: ``k`` tied
+messages get ``G[i, k] / (k + 1)`` each.  The layers give a PyG user PyG's numbers, so
+their max aggregation is this op: ``tsgu::max_aggregation``, a custom op (it compiles
+with ``fullgraph=True``) whose backward walks the rows in blocks of about
+``_BLOCK`` products (never an edges x features temporary: a block's is at most the
+output's size or ``_BLOCK``, whichever is larger).
+"""
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .._core.sparse_csr import SparseCSR
+from .._core.view import entry_rows
+from ..sparse_matmul import sparse_mm
+
+_BLOCK = 1 << 20        # products per block of rows in the backward (more where one row has more)
+
+
+def max_aggregation(A, x: Tensor, messages: Optional[Tensor] = None) -> Tensor:
+    """``out[i, k] = max over A's stored (i, j) of A[i, j] * x[j, k]`` (0 for a row with no
+    entries), as ``sparse_mm(A, x, "amax")``, with PyG's gradient (module notes) to
+    ``x`` and to A's values.  ``A`` a 2-D :class:`SparseCSR` or torch sparse tensor (a
+    COO one coalesced first); ``messages`` (nnz,), where given, how many messages each
+    stored entry stands for (an edge given twice is two ties in PyG)."""
+    if not isinstance(A, SparseCSR):
+        if A.requires_grad:      # keep the values' gradient: the coalesced values are A's, differentiably
+            A = A.coalesce() if A.layout == torch.sparse_coo else A
+            A = SparseCSR.from_torch(A)._replace(values=A.values())
+        else:
+            A = SparseCSR.from_torch(A)
+    if A.crow_indices.dim() != 1 or x.dim() != 2:            # not a layer's case: sparse_mm's errors
+        return sparse_mm(A, x, "amax")
+    return torch.ops.tsgu.max_aggregation(A.crow_indices, A.col_indices, list(A.size), A.values, messages, x)
+
+
+@torch.library.custom_op("tsgu::max_aggregation", mutates_args=())
+def _max_aggregation(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, messages: Optional[Tensor],
+                     x: Tensor) -> Tensor:
+    return sparse_mm(SparseCSR(ptr, col, a, tuple(shape)), x, "amax")
+
+
+@_max_aggregation.register_fake
+def _(ptr, col, shape, a, messages, x):
+    return x.new_empty((shape[0], x.shape[1]))
+
+
+@torch.library.custom_op("tsgu::max_aggregation_backward", mutates_args=())
+def _max_aggregation_backward(ptr: Tensor, col: Tensor, a: Tensor, messages: Optional[Tensor], x: Tensor,
+                              out: Tensor, G: Tensor) -> Tuple[Tensor, Tensor]:
+    """(da, dx): each G[i, k] split among the messages of row i whose product equals
+    out[i, k] (each entry counting its messages), plus one where out[i, k] == 0 (the
+    start value PyG's scatter counts, whose share is dropped)."""
+    da, dx = torch.zeros(a.shape, dtype=a.dtype, device=a.device), torch.zeros_like(x)
+    n, p = out.shape
+    rows, col = entry_rows(ptr), col.long()
+    if col.numel() == 0 or p == 0:
+        return da, dx
+    per = max(n, _BLOCK // p, 1)            # products per block: the output's size or _BLOCK
+    starts = torch.arange(0, col.numel(), per, device=ptr.device, dtype=ptr.dtype)
+    cuts = sorted(set(torch.searchsorted(ptr, starts).tolist()) | {n})
+    ends = ptr[cuts].tolist()
+    for r0, r1, e0, e1 in zip(cuts[:-1], cuts[1:], ends[:-1], ends[1:]):
+        if e0 == e1:
+            continue
+        r, c, ae = rows[e0:e1] - r0, col[e0:e1], a[e0:e1].unsqueeze(1)
+        xc = x.index_select(0, c)
+        top = out[r0:r1]
+        tie = (xc * ae) == top.index_select(0, r)                   # the products, as the forward's
+        weight = tie.to(x.dtype) if messages is None else tie * messages[e0:e1].unsqueeze(1).to(x.dtype)
+        ties = torch.zeros_like(top).index_add_(0, r, weight) + (top == 0)
+        share = torch.where(tie, (G[r0:r1] / ties).index_select(0, r), 0.0) * weight   # dL/d(product)
+        dx.index_add_(0, c, share * ae)
+        da[e0:e1] = (share * xc).sum(1)
+    return da, dx
+
+
+@_max_aggregation_backward.register_fake
+def _(ptr, col, a, messages, x, out, G):
+    return a.new_empty(a.shape), torch.empty_like(x)
+
+
+def _setup(ctx, inputs, output):
+    ptr, col, shape, a, messages, x = inputs
+    ctx.save_for_backward(ptr, col, a, messages, x, output)
+
+
+def _backward(ctx, G):
+    ptr, col, a, messages, x, out = ctx.saved_tensors
+    da, dx = torch.ops.tsgu.max_aggregation_backward(ptr, col, a, messages, x, out, G)
+    return None, None, None, da if ctx.needs_input_grad[3] else None, None, dx if ctx.needs_input_grad[5] else None
+
+
+_max_aggregation.register_autograd(_backward, setup_context=_setup)
