@@ -148,6 +148,43 @@ def test_sage_max_gradient_matches_pyg_with_many_ties(block, monkeypatch):
     torch.testing.assert_close(sparse, theirs_on_pattern, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("ties", [False, True])
+def test_sage_max_second_derivatives_match_pyg(ties):
+    """The Hessian-vector product through SAGEConv(aggr="max") (x's gradient taken with
+    create_graph, then differentiated again with respect to x and the weights) equals
+    PyG's, on random features (no ties) and on small integers (ties everywhere, zeros
+    among them); the weights' part makes it nonzero."""
+    gnn = pytest.importorskip("torch_geometric.nn")
+    gen = seeded("sage max second derivatives", ties)
+    x = (torch.randint(-2, 3, (12, 4), generator=gen).to(torch.float64) if ties
+         else torch.randn(12, 4, generator=gen, dtype=torch.float64))
+    edge_index = torch.randint(0, 12, (2, 40), generator=gen)
+    G, V = torch.randn(12, 3, generator=gen, dtype=torch.float64), torch.randn(12, 4, generator=gen, dtype=torch.float64)
+    torch.manual_seed(0)
+    theirs = gnn.SAGEConv(4, 3, aggr="max").double()
+    ours = SAGEConv(4, 3, aggr="max").double()
+    ours.load_state_dict(theirs.state_dict())
+    results = []
+    for layer in (ours, theirs):
+        x_in = x.clone().requires_grad_()
+        gx, = torch.autograd.grad(layer(x_in, edge_index), x_in, G, create_graph=True)
+        params = [x_in] + list(layer.parameters())
+        results.append(torch.autograd.grad((gx * V).sum(), params, allow_unused=True, materialize_grads=True))
+    for mine, pyg in zip(*results):
+        torch.testing.assert_close(mine, pyg, rtol=0, atol=1e-13)
+    assert any(h.abs().sum() > 0 for h in results[0])
+
+
+def test_max_aggregation_backward_passes_gradgradcheck():
+    """The second-order op against finite differences, away from ties (random values)."""
+    gen = seeded("max aggregation gradgradcheck")
+    A, _ = sage_adjacency(torch.randint(0, 6, (2, 14), generator=gen), 6, "max", dtype=torch.float64)
+    a = torch.rand(A.values.shape, generator=gen, dtype=torch.float64).add_(0.5).requires_grad_()
+    x = torch.randn(6, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    fn = lambda a, x: torch.ops.tsgu.max_aggregation(A.crow_indices, A.col_indices, list(A.size), a, None, x)  # noqa: E731
+    assert torch.autograd.gradgradcheck(fn, (a, x))
+
+
 def test_max_aggregation_custom_op_passes_opcheck():
     gen = seeded("max aggregation opcheck")
     A, _ = sage_adjacency(torch.randint(0, 6, (2, 14), generator=gen), 6, "max", dtype=torch.float64)
