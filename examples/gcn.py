@@ -1,7 +1,7 @@
 """A two-layer GCN (Kipf & Welling 2017) with sparse features and learnable edge weights.
 
     python examples/gcn.py                                   # a built-in synthetic graph, Cora-sized
-    python examples/gcn.py --data ../shared/data/cora.npz    # a Planetoid graph
+    python examples/gcn.py --data cora.npz                   # a Planetoid graph (examples/planetoid_npz.py)
 
 What the library is for, on one model:
 - sparse features: the bag-of-words rows x (1-2% dense) stay a SparseCSR; x W is

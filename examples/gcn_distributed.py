@@ -1,7 +1,7 @@
 """Full-graph GCN training on P processes, the graph's rows partitioned among them.
 
     torchrun --nproc-per-node 2 examples/gcn_distributed.py --check
-    torchrun --nproc-per-node 4 examples/gcn_distributed.py --data ../shared/data/cora.npz --reorder rcm --check
+    torchrun --nproc-per-node 4 examples/gcn_distributed.py --data cora.npz --reorder rcm --check
 
 Rank 0 holds the normalised adjacency (gcn.py's synthetic graph, or a Planetoid .npz
 with --data) and scatters its rows, balanced by entries (optionally renumbered first

@@ -273,7 +273,7 @@ def test_agrees_with_multivariate_normal_on_every_form_and_batch_shape(form, par
     d = SparseMultivariateNormal(loc1, D1, **{next(iter(kw)): leaf})
     if layout == torch.sparse_csr and f_b and param == "llt":
         # the factor on two paths of one graph (the entropy of LL^T reads its diagonal):
-        # PyTorch cannot add batched CSR gradients, the README's clear error; separate
+        # PyTorch cannot add batched CSR gradients, the clear error of docs/gradients.md; separate
         # backward passes accumulate
         with pytest.raises(RuntimeError, match="batched CSR tensor used more than once in one graph"):
             (d.log_prob(x).sum() + d.entropy().sum()).backward()

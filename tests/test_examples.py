@@ -60,3 +60,25 @@ def _torchrun_gcn_distributed(procs: int, *args):
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                            str(procs), str(ROOT / "examples" / "gcn_distributed.py"), *args],
                           env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_planetoid_npz_writes_what_the_gcn_example_reads(tmp_path):
+    """examples/planetoid_npz.py's arrays of a small PyG graph (no download) load in gcn.py."""
+    pytest.importorskip("torch_geometric")
+    import numpy as np
+    import torch
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(0)
+    n, f = 30, 12
+    x = (torch.rand(n, f, generator=g) < 0.2).float()
+    masks = {f"{s}_mask": torch.arange(n) % 3 == i for i, s in enumerate(("train", "val", "test"))}
+    data = Data(x=x, edge_index=torch.randint(0, n, (2, 80), generator=g),
+                y=torch.randint(0, 3, (n,), generator=g), **masks)
+    path = tmp_path / "g.npz"
+    np.savez(path, **_example("planetoid_npz").arrays(data))
+    xs, edge_index, y, train, val, test = _example("gcn").load(str(path))
+    assert torch.equal(edge_index, data.edge_index) and torch.equal(y, data.y)
+    assert torch.equal(xs.to_torch().to_dense() != 0, x != 0)
+    assert torch.equal(train, masks["train_mask"].nonzero().flatten())
+    assert _example("gcn").main(["--data", str(path), "--epochs", "3", "--compare-steps", "0"]) >= 0

@@ -526,7 +526,7 @@ def test_malformed_arg_is_a_value_error():
     assert not bad, bad
 
 
-# ---------------------------------------------------------------- what torch.sparse.mm takes (README table)
+# ----------------------------------------- what torch.sparse.mm takes (the table of docs/sparse_mm.md)
 def _table_operand(layout, batched):
     gen = seeded("table", layout, batched)
     D = torch.randn(*((2,) if batched else ()), 5, 4, generator=gen) * (torch.rand(5, 4, generator=gen) < 0.5)
@@ -548,7 +548,7 @@ TORCH_CPU = {
 
 @pytest.mark.parametrize("layout,batched,reduce", sorted(TORCH_CPU, key=str))
 def test_readme_table_rows(layout, batched, reduce):
-    """Each dense-B row of the README's table of what torch.sparse.mm takes: PyTorch's
+    """Each dense-B row of docs/sparse_mm.md's table of what torch.sparse.mm takes: PyTorch's
     behaviour on the CPU as the table states it, and ours working against the scatter
     reference (the plain product for reduce None) with gradients."""
     A, B = _table_operand(layout, batched)

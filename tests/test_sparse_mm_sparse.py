@@ -365,13 +365,13 @@ def test_fullgraph_compile_of_a_sparse_csr_model():
         torch.testing.assert_close(gc, ge)
 
 
-# ------------------------------------------------------------------ the README's table
+# ---------------------------------------------------------- the table of docs/sparse_mm.md
 TABLE_ROWS = ["coo-coo-2d", "csr-csr-2d", "coo-csr-2d", "csr-coo-2d", "coo-coo-batched", "csr-csr-batched"]
 
 
 @pytest.mark.parametrize("row", TABLE_ROWS)
 def test_readme_table_sparse_rows(row):
-    """The sparse-B rows of the README's table of what torch.sparse.mm takes: PyTorch's
+    """The sparse-B rows of docs/sparse_mm.md's table of what torch.sparse.mm takes: PyTorch's
     behaviour as the row states it, and ours (values and gradients) against dense autograd."""
     la, lb, dims = row.split("-")
     DA, DB = pair(6, 5, 4, batch=2 if dims == "batched" else None, key=10)

@@ -18,6 +18,7 @@ def dropout(x, p: float = 0.5, training: bool = True):
     in O(nnz) and without densifying.  The result has ``x``'s layout and index tensors
     (a COO ``x`` is coalesced first), differentiable in its values.
 
+    >>> from torchsparsegradutils import SparseCSR
     >>> x = SparseCSR.from_torch(torch.eye(3).to_sparse_csr())
     >>> dropout(x, 0.5, training=False) is x
     True
