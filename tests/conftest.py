@@ -1488,6 +1488,62 @@ OPS = [
 ]
 OPS_BY_NAME = {op.name: op for op in OPS}
 
+# The hypersparse sweep (test_hygiene.test_hypersparse_coo_memory_is_o_nnz): per op, the
+# calls (sources) that run on a COO A of 2**31 + 5 rows (batched: 2 x (2**30 + 3)) and a
+# few entries, forward and backward, under an address-space limit that no allocation of
+# a byte per row fits in; or why no such case applies.  In a call: A (COO, coalesced, m
+# columns, built from the leaf values v at the indices idx), n (its rows), lead (() or
+# (2,)), rnd(*shape) (seeded random values of A's dtype) and leaf(t) (t, made a leaf
+# whose gradient is compared too).  Each result is checked against the same call on the
+# compacted A (its non-empty rows only).
+DENSE_ROWS = "its dense output (or a dense operand) has a row per row of A: O(rows) by contract"
+SQUARE = "a square solve: a solvable A of n rows stores at least n entries, so it is never hypersparse"
+CSR_ROWS = "takes CSR arrays, whose row pointers are O(rows) by layout (the torch-tensor ops pass it a kept-rows view)"
+HYPERSPARSE = {
+    "sparse_mm": ("sparse_mm(A, rnd(*lead, m, 0))",),                       # p = 0: the dense output is empty
+    "sparse_mm_reduce": ("sparse_mm(A, rnd(*lead, m, 0), 'mean')", "sparse_mm(A, rnd(*lead, m, 0), 'amax')"),
+    "sparse_mm_sparse": ("sparse_mm(A, leaf(rnd(*lead, m, 2).relu().to_sparse()))",),
+    "sparse_triangular_solve": SQUARE,
+    "sparse_generic_solve": SQUARE,
+    "sparse_generic_lstsq": "its right-hand side and the solver's residuals are dense vectors of n rows: "
+                            "O(rows) by contract",
+    "sparse_csr_tensor": "builds a CSR tensor, whose row pointers are O(rows) by layout",
+    "sparse_coo_tensor": ("sparse_mm(sparse_coo_tensor(idx, v, A.shape, is_coalesced=True), "
+                          "leaf(rnd(*lead, m, 2).relu().to_sparse()))",
+                          "sparse_softmax(sparse_coo_tensor(idx, v, A.shape, is_coalesced=True))"),
+    "sparse_logsumexp": ("sparse_logsumexp(A, A.dim() - 2, include_zeros=False)",),
+    "sparse_bidir_logsumexp": "its row-wise result is a dense vector of n: O(rows) by contract",
+    "sparse_softmax": ("sparse_softmax(A)", "sparse_log_softmax(A)", "sparse_softmax(A, -2)",
+                       "sparse_log_softmax(A, -2)"),
+    "SparseCSR.softmax": CSR_ROWS,
+    "SparseCSR.softmax_heads": CSR_ROWS,
+    # X one row, expanded (stride 0; a batch's items too, so that its rows stack as a view):
+    # a dense X of n rows is O(rows) by contract, and so is its gradient (not asked for)
+    "sampled_addmm": ("sampled_addmm(A, rnd(1, 2).expand(*lead, n, 2), leaf(rnd(*lead, 2, m)), beta=0.5, alpha=2.0)",),
+    "SparseCSR.sampled_addmm": CSR_ROWS,
+    "SparseCSR.sampled_addmm_heads": CSR_ROWS,
+    "gather_mm": "dense operands only",
+    "segment_mm": "dense operands only",
+    "SparseCSR": CSR_ROWS,
+    "SparseCSR.to_torch": CSR_ROWS,
+    "nn.SparseLinear": DENSE_ROWS,
+    "nn.gcn_norm": "its output is a degree per node, dense: O(nodes) by contract",
+    "nn.GCNConv": DENSE_ROWS,
+    "nn.SAGEConv": DENSE_ROWS,
+    "graph_attention": DENSE_ROWS,
+    "nn.GATConv": DENSE_ROWS,
+    "distributions.SparseMultivariateNormal": SQUARE,
+    "encoders.PairwiseEncoder": DENSE_ROWS,
+    "torch.ops.tsgu.spmm": CSR_ROWS,
+    "torch.ops.tsgu.spmm_t": CSR_ROWS,
+    "torch.ops.tsgu.sddmm": CSR_ROWS,
+    "torch.ops.tsgu.trisolve": SQUARE,
+    "torch.ops.tsgu.lse": CSR_ROWS,
+    "torch.ops.tsgu.softmax": CSR_ROWS,
+    "torch.ops.tsgu.grouped_mm": "dense operands only",
+    "torch.ops.tsgu.grouped_mm_tn": "dense operands only",
+}
+
 
 def malformed_cases(op: Op) -> Dict[str, str]:
     """name -> child source (defining `inputs` and `call`) of every bad-input case of op."""

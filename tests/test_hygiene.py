@@ -6,6 +6,7 @@ forward and backward detected (or harmless), the same bits for 1 and 2 threads (
 values too, where an op takes them), and malformed structure a ValueError, never a
 crash (run in a child process)."""
 import gc
+import json
 import os
 import sys
 from dataclasses import replace
@@ -13,7 +14,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import OPS, Spec, child_outcomes, malformed_cases, num_threads, run_case, run_child
+from conftest import (HYPERSPARSE, OPS, SANITIZED, Spec, child_outcomes, malformed_cases, num_threads, run_case,
+                      run_child)
 
 from torchsparsegradutils import _C
 
@@ -257,3 +259,120 @@ def test_16_bit_values_refused_where_unsupported(op, dtype):
     error, match = op.dtype_error
     with pytest.raises(error, match=match):
         case.run(*case.leaves.values())
+
+
+# ---------------------------------------------------------------- hypersparse inputs
+def test_every_op_has_a_hypersparse_case_or_a_reason():
+    """conftest.HYPERSPARSE names every op of the registry: calls, or why none applies."""
+    assert sorted(HYPERSPARSE) == sorted(OP_IDS)
+    assert all(isinstance(v, tuple) and v or isinstance(v, str) and v for v in HYPERSPARSE.values())
+
+
+HYPERSPARSE_ROWS = (0, 5, -1)        # A's non-empty rows (-1: the last), in each batch item
+# (op, call number, batched); an op that takes no batch runs 2D only
+HYPERSPARSE_IDS = [(op, i, batched) for op in OPS if isinstance(HYPERSPARSE[op.name], tuple)
+                   for i in range(len(HYPERSPARSE[op.name])) for batched in ((False, True) if op.batched else (False,))]
+
+_HYPERSPARSE_CHILD = """
+import json, resource, torch
+
+M = 3
+
+def kept(n):
+    return [r % n for r in {rows!r}] if n > len({rows!r}) else list(range(n))
+
+def coo(n, batched):
+    rows = kept(n)
+    items = (0, 1) if batched else (0,)
+    idx = [[k, r, c] for k in items for q, r in enumerate(rows) for c in range(q % 2, 1 + 2 * (q % 2))]
+    idx = torch.tensor(idx).t()[0 if batched else 1:].contiguous()
+    v = torch.linspace(-1.5, 2.0, idx.shape[1], dtype=torch.float64).requires_grad_()
+    shape = ((2,) if batched else ()) + (n, M)
+    return idx, v, torch.sparse_coo_tensor(idx, v, shape, is_coalesced=True)
+
+def run(src, n, batched):
+    idx, v, A = coo(n, batched)
+    gen = torch.Generator().manual_seed(0)
+    leaves = []
+    def leaf(t):
+        t = t.detach().requires_grad_()
+        leaves.append(t)
+        return t
+    ns = dict(globals(), A=A, idx=idx, v=v, n=n, m=M, lead=(2,) if batched else (), leaf=leaf,
+              rnd=lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64))
+    out = eval(src, ns)
+    if out.layout == torch.sparse_coo:
+        out = out.coalesce()
+        index, vals = out.indices(), out.values()
+    else:
+        index, vals = None, out
+    (vals * torch.linspace(-1, 2, vals.numel(), dtype=vals.dtype).reshape(vals.shape)).sum().backward()
+    grads = [v.grad] + [t.grad.to_dense() for t in leaves]
+    return tuple(out.shape), index, vals.detach(), grads
+
+def compare(src, batched):
+    small = run(src, len({rows!r}), batched)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        big = run(src, N_BATCHED if batched else N, batched)
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    n = N_BATCHED if batched else N
+    rows = torch.tensor(kept(n))
+    shape, index, vals, grads = big
+    if index is not None:                  # sparse: the same entries at the kept rows' ranks
+        r = -2                             # the row index row, 2D or batched
+        assert shape[-2] == n and shape[:-2] + shape[-1:] == small[0][:-2] + small[0][-1:], (shape, small[0])
+        ranks = torch.searchsorted(rows, index[r])
+        assert bool((rows[ranks.clamp(max=len(rows) - 1)] == index[r]).all()), "an entry outside A's rows"
+        index = index.clone()
+        index[r] = ranks
+        assert torch.equal(index, small[1]), (index, small[1])
+    elif len(shape) >= 2 and shape[-2] == n:
+        vals = vals.index_select(-2, rows)
+    torch.testing.assert_close(vals, small[2], rtol=1e-12, atol=1e-12)
+    assert len(grads) == len(small[3])
+    for g, h in zip(grads, small[3]):
+        torch.testing.assert_close(g, h, rtol=1e-12, atol=1e-12)
+
+N, N_BATCHED = 2**31 + 5, 2**30 + 3
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+size = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
+limit = size + {headroom}
+torch.set_num_threads(2)
+results = {{}}
+for name, src, batched in json.loads({cases!r}):
+    try:
+        compare(src, batched)
+        results[name] = ["OK", ""]
+    except BaseException as e:
+        results[name] = [type(e).__name__, str(e)[-1500:]]
+print("RESULTS" + json.dumps(results))
+"""
+# the address space the child may take beyond what it holds before the first big call:
+# any allocation of a byte per row of A (2**31 + 5 rows) is more
+HYPERSPARSE_HEADROOM = 2 << 30
+
+
+@pytest.fixture(scope="session")
+def hypersparse_outcomes():
+    """Every hypersparse case, run in one child process."""
+    cases = [(f"{op.name}/{i}/{batched}", HYPERSPARSE[op.name][i], batched) for op, i, batched in HYPERSPARSE_IDS
+             if op.available() is not None]
+    r = run_child(_HYPERSPARSE_CHILD.format(rows=HYPERSPARSE_ROWS, cases=json.dumps(cases),
+                                            headroom=HYPERSPARSE_HEADROOM), timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    line = next(line for line in r.stdout.splitlines() if line.startswith("RESULTS"))
+    return json.loads(line[len("RESULTS"):])
+
+
+@pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
+@pytest.mark.parametrize("op,call,batched", [pytest.param(op, i, b, id=f"{op.name}-{i}-{'batched' if b else '2d'}")
+                                             for op, i, b in HYPERSPARSE_IDS])
+def test_hypersparse_coo_memory_is_o_nnz(hypersparse_outcomes, op, call, batched):
+    """A COO A of 2**31 + 5 rows (or 2 x (2**30 + 3)) and a few entries, forward and
+    backward in O(nnz) memory (under an address-space limit that an allocation of a byte
+    per row exceeds), its results those of the same call on A's non-empty rows alone."""
+    op.fn()
+    outcome, message = hypersparse_outcomes[f"{op.name}/{call}/{batched}"]
+    assert outcome == "OK", f"{HYPERSPARSE[op.name][call]}: {outcome}: {message}"

@@ -7,7 +7,7 @@ torch.compile(fullgraph=True) of a SparseCSR.  Results run on both routes: the C
 kernels and the PyTorch-ops one that CUDA takes (forced on CPU here)."""
 import pytest
 import torch
-from conftest import num_threads
+from conftest import SANITIZED, num_threads, run_child
 
 from torchsparsegradutils import SparseCSR, _backends, sampled_addmm, sparse_coo_tensor
 
@@ -360,3 +360,26 @@ def test_cuda_matches_cpu():
         Ac = A.cuda() if isinstance(A, torch.Tensor) else SparseCSR(*(t.cuda() for t in A[:3]), A.size)
         gpu = values_of(sampled_addmm(Ac, X.cuda(), Y.cuda(), 0.5, 2.0))
         torch.testing.assert_close(gpu.cpu(), cpu)
+
+
+@pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
+def test_sampled_addmm_hypersparse_coo_memory_is_o_nnz():
+    """Issue 26, defect 4: sampled_addmm of a COO A of 2**31 + 5 rows allocated its row
+    pointers (17 GB).  Now forward and backward (A and Y; X, one row expanded to n, gets
+    none: a dense gradient of n rows) run through A's non-empty rows under a 4 GB
+    address-space limit; every value worked out by hand."""
+    r = run_child("""
+        n = 2**31 + 5
+        idx = torch.tensor([[0, 0, n - 1], [0, 2, 1]])
+        A = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 3.0, 5.0]), (n, 3), is_coalesced=True).requires_grad_()
+        X = torch.tensor([[1.0, 2.0]]).expand(n, 2)                 # every row [1, 2]: X @ Y rows [9, 12, 15]
+        Y = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], requires_grad=True)
+        out = sampled_addmm(A, X, Y, beta=0.5, alpha=2.0)
+        assert out.shape == (n, 3) and torch.equal(out._indices(), idx), out
+        assert out._values().tolist() == [18.5, 31.5, 26.5], out
+        out.backward(torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0, 3.0]), (n, 3)))
+        assert A.grad._values().tolist() == [0.5, 1.0, 1.5], A.grad              # beta * G
+        assert Y.grad.tolist() == [[2.0, 6.0, 4.0], [4.0, 12.0, 8.0]], Y.grad    # alpha * X^T G
+        print("OK")
+    """, timeout=300, memory_limit=4 << 30)
+    assert r.returncode == 0 and r.stdout.strip() == "OK", r.stdout + r.stderr[-3000:]

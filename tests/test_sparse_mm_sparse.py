@@ -11,7 +11,8 @@ take the op from conftest's registry ("sparse_mm_sparse").
 """
 import pytest
 import torch
-from conftest import compressed_positions, dense_product, num_threads, seeded, shared_pattern_dense, to_sparse
+from conftest import (SANITIZED, compressed_positions, dense_product, num_threads, run_child, seeded,
+                      shared_pattern_dense, to_sparse)
 
 from torchsparsegradutils import SparseCSR, _backends, _C, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core.native import STATUS
@@ -443,3 +444,29 @@ def test_product_pointers_that_do_not_fit_are_refused_in_c():
     for ptr in ([0, 1, 1, 2], [0, 2, 2, 2]):
         with pytest.raises(ValueError, match=STATUS["EPRODUCT"].split(":")[0]):
             _C.spgemm(*args, torch.tensor(ptr), torch.empty(2, dtype=torch.int64), torch.empty(2), 1)
+
+
+@pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
+def test_spgemm_hypersparse_coo_memory_is_o_nnz():
+    """Issue 26, defect 4: a COO A of 2**31 + 5 rows and 2 entries times a 3 x 2 sparse B
+    allocated 17 GB of row pointers.  Now forward and backward (a sparse G with an entry
+    in a row A lacks) run through A's two non-empty rows under a 4 GB address-space
+    limit, and C keeps A's row count; every value worked out by hand."""
+    r = run_child("""
+        n = 2**31 + 5
+        A = torch.sparse_coo_tensor(torch.tensor([[0, n - 1], [1, 2]]), torch.tensor([1.0, 2.0]), (n, 3),
+                                    is_coalesced=True).requires_grad_()
+        B = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0]]).to_sparse().requires_grad_()
+        C = sparse_mm(A, B)
+        assert C.shape == (n, 2) and C.is_coalesced(), C
+        assert C._indices().tolist() == [[0, n - 1, n - 1], [1, 0, 1]], C
+        assert C._values().tolist() == [2.0, 6.0, 8.0], C
+        G = torch.sparse_coo_tensor(torch.tensor([[0, 5, n - 1, n - 1], [1, 0, 0, 1]]),
+                                    torch.tensor([1.0, 7.0, 10.0, 100.0]), (n, 2))
+        C.backward(G)
+        assert A.grad._indices().tolist() == [[0, n - 1], [1, 2]], A.grad
+        assert A.grad._values().tolist() == [2.0, 430.0], A.grad      # G[i,:] . B[j,:]
+        assert B.grad.to_dense().tolist() == [[0.0, 0.0], [0.0, 1.0], [20.0, 200.0]], B.grad
+        print("OK")
+    """, timeout=300, memory_limit=4 << 30)
+    assert r.returncode == 0 and r.stdout.strip() == "OK", r.stdout + r.stderr[-3000:]

@@ -6,7 +6,7 @@ of a SparseCSR.  Every test of results runs on both routes: the C kernels and th
 PyTorch-ops one that CUDA takes (forced on CPU here)."""
 import pytest
 import torch
-from conftest import num_threads
+from conftest import SANITIZED, num_threads, run_child
 
 from torchsparsegradutils import (SparseCSR, _backends, sparse_coo_tensor, sparse_csr_tensor, sparse_log_softmax,
                                   sparse_softmax)
@@ -498,3 +498,32 @@ def test_cuda_matches_cpu(layout):
             Yc.values().sum().backward()
             torch.testing.assert_close(Y.values().cpu(), Yc.values())
             torch.testing.assert_close(leaf.grad.values().cpu(), cpu.grad.values())
+
+
+@pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
+def test_softmax_hypersparse_coo_memory_is_o_nnz():
+    """Issue 26, defect 4: the softmax of a COO of 2**31 + 5 rows allocated its row
+    pointers (17 GB).  Now rows and columns, softmax and log, forward and backward run
+    through its non-empty rows under a 4 GB address-space limit, the result (on A's
+    pattern, A's shape) torch.softmax's of the compacted 2-row matrix, its absent
+    entries -inf."""
+    r = run_child("""
+        n = 2**31 + 5
+        idx, v = torch.tensor([[0, 0, n - 1], [0, 2, 1]]), torch.tensor([1.0, 3.0, 5.0], dtype=torch.float64)
+        g = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64)
+        at = (torch.tensor([0, 0, 1]), torch.tensor([0, 2, 1]))       # the compacted rows
+        for fn, ref in ((sparse_softmax, torch.softmax), (sparse_log_softmax, torch.log_softmax)):
+            for dim in (-1, -2):
+                A = torch.sparse_coo_tensor(idx, v, (n, 3), is_coalesced=True).requires_grad_()
+                y = fn(A, dim)
+                assert y.shape == (n, 3) and torch.equal(y._indices(), idx), y
+                y.backward(torch.sparse_coo_tensor(idx, g, (n, 3)))
+                w = v.clone().requires_grad_()
+                D = torch.full((2, 3), float("-inf"), dtype=torch.float64).index_put(at, w)
+                z = ref(D, dim)[at]
+                z.backward(g)
+                torch.testing.assert_close(y._values(), z.detach())
+                torch.testing.assert_close(A.grad._values(), w.grad)
+        print("OK")
+    """, timeout=300, memory_limit=4 << 30)
+    assert r.returncode == 0 and r.stdout.strip() == "OK", r.stdout + r.stderr[-3000:]

@@ -174,7 +174,7 @@ class SampledAddmm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, X, Y, beta, alpha):
-        view = as_csr(A.detach())
+        view = as_csr(A.detach(), compress_rows=True)
         Yt = Y.detach().mT.contiguous()
         values = _combine(view.values, _backends.sddmm(view, X.detach(), Yt).reshape(view.values.shape), beta,
                           alpha)

@@ -3,7 +3,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from . import _backends, _ops
-from ._core.intake import as_csr
+from ._core.intake import as_csr, on_rows
 from ._core.saved import load_operand, load_operands, save_operand, save_operands
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor, csr_tensor
@@ -230,7 +230,7 @@ def _sparse_sparse_torch(A: torch.Tensor, B: torch.Tensor, shape: torch.Size) ->
     if records_graph(A, B):
         return SparseSparseMatMul.apply(A, B)
     coo = A.layout == torch.sparse_coo
-    return _product(A.layout, *_backends.spgemm(as_csr(A), as_csr(B), coo), shape)
+    return _product(A.layout, *_backends.spgemm(as_csr(A, compress_rows=True), as_csr(B), coo), shape)
 
 
 def _product(layout, ptr: torch.Tensor, index: torch.Tensor, values: torch.Tensor, shape: torch.Size):
@@ -264,7 +264,7 @@ class SparseSparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B):
-        a, b = as_csr(A), as_csr(B)
+        a, b = as_csr(A, compress_rows=True), as_csr(B)     # a hypersparse COO A: its kept rows
         ptr, index, values = _backends.spgemm(a, b, A.layout == torch.sparse_coo)
         # the gradients read both operands' values (one walk over the products gives both)
         save_operands(ctx, [(A, a, True), (B, b, True)])
@@ -275,7 +275,9 @@ class SparseSparseMatMul(torch.autograd.Function):
     def backward(ctx, G):
         ((a, _), (b, _)), _ = load_operands(ctx)
         need_A, need_B = ctx.needs_input_grad
-        g = G if G.layout == torch.strided else as_csr(G)      # a sparse G: any pattern, checked
+        g = G                                                    # a sparse G: any pattern, checked
+        if G.layout != torch.strided:
+            g = as_csr(G) if a.rows is None else on_rows(G, a)
         ga, gb = _backends.spgemm_grad(a, b, g, need_A, need_B)
         return (a.grad_like(ga) if need_A else None), (b.grad_like(gb) if need_B else None)
 

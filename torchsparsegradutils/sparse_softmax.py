@@ -149,7 +149,7 @@ class SparseSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, by_rows, log):
-        view = as_csr(A.detach())
+        view = as_csr(A.detach(), compress_rows=True)
         y = _backends.softmax(view, by_rows, log)
         if ctx.needs_input_grad[0]:
             save_operand(ctx, A, view, False, y)

@@ -12,9 +12,9 @@ output layout of the log-sum-exp), picks the backend, and calls it.
 import torch
 
 from .._core import native
-from .._core.intake import as_csr
+from .._core.intake import as_csr, check_structure
 from .._core.torch_sparse import csr_tensor
-from .._core.view import CSRView, item_rows, kernel_array, view_of
+from .._core.view import CSRView, entry_rows, item_rows, kernel_array, view_of
 from . import cpu, cuda, torch_ops
 from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
 
@@ -75,19 +75,66 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
 
 
 # --------------------------------------------------------- sparse @ sparse (sparse_mm)
-# A[k] n x l times B[k] l x m, both CSRViews (no kept-rows view); the product comes as
+# A[k] n x l times B[k] l x m, both CSRViews (B no kept-rows view); the product comes as
 # (ptr, index, values): global row pointers (batch*n+1,), and int64 columns increasing in
 # each row, or with coo the COO index array of C ((2 or 3, nnz)).  G, the gradient w.r.t.
-# C, is a CSRView or a dense tensor.  No CUDA kernel of ours.
+# C, is a CSRView or a dense tensor.  A hypersparse A (a COO's kept rows, A.rows) is
+# multiplied through those rows alone, times B's items as one block diagonal: then ptr
+# holds the kept rows' pointers (len(A.rows)+1,), index is C's COO index array (coo is
+# implied: such an A is COO, and so is C), and a sparse G is a view on A's kept rows
+# (intake.on_rows).  No CUDA kernel of ours.
 def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     """(ptr, index, values) of C = A @ B for every batch item."""
+    if A.rows is not None:
+        ptr, col, values = spgemm(A._replace(rows=None), _block_diagonal(B))
+        row = A.rows.repeat_interleave(ptr.diff())                 # C's entries' global rows
+        n, p = A.shape[-2], B.ncols
+        if len(A.shape) == 3:
+            k = row // n
+            return ptr, torch.stack([k, row - k * n, col - k * p]), values
+        return ptr, torch.stack([row, col]), values
     return _backend(False, A.values, B.values).spgemm(A, B, coo)
 
 
 def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
     """(grad_A, grad_B): the gradients of A @ B w.r.t. A's and B's values at their stored
     entries (shaped like A.col and B.col), None where not needed."""
+    if A.rows is not None:
+        if not isinstance(G, CSRView):
+            G = _dense_on_rows(G, A.rows, A.shape[-2])
+        ga, gb = spgemm_grad(A._replace(rows=None), _block_diagonal(B), G, need_a, need_b)
+        return ga, None if gb is None else gb.reshape(B.col.shape)
     return _backend(False, A.values, B.values, _grad_values(G)).spgemm_grad(A, B, G, need_a, need_b)
+
+
+def _block_diagonal(B: CSRView) -> CSRView:
+    """B's b items (m x p) as one matrix, their (b*m) x (b*p) block diagonal: global
+    rows k*m + j and columns k*p + c, the right operand of a kept-rows view (whose
+    columns are global).  O(nnz(B) + b*m); B itself for one 2D item."""
+    b, m, p = B.batch, B.nrows, B.ncols
+    if b == 1 and B.ptr.dim() == 1:
+        return B
+    if B.coo_indices is None:            # a CSR's arrays: checked before index arithmetic reads them
+        check_structure(B)
+    ptr, col, values = B.ptr.long(), B.col.long(), B.values
+    if ptr.dim() == 2:                   # batched CSR: (b, m+1) pointers, (b, nnz) columns
+        per = col.shape[1]
+        ptr = torch.cat([(ptr[:, :-1] + torch.arange(b, device=ptr.device).unsqueeze(1) * per).reshape(-1),
+                         ptr.new_full((1,), b * per)])
+        col, values = col.reshape(-1), values.reshape(-1)
+    col = col + entry_rows(ptr) // m * p if m else col
+    return CSRView(ptr, col, values, 1, b * m, b * p, torch.Size((b * m, b * p)))
+
+
+def _dense_on_rows(G: torch.Tensor, rows: torch.Tensor, n: int) -> CSRView:
+    """A dense G ((n, p) or (b, n, p)) on the kept rows `rows` (global, sorted) as a
+    full CSRView of those rows, its columns global (k*p + c): O(len(rows)*p)."""
+    p = G.shape[-1]
+    g = item_rows(G).index_select(0, rows)
+    ptr = torch.arange(rows.numel() + 1, device=G.device) * p
+    col = ((rows // n).unsqueeze(1) * p + torch.arange(p, device=G.device)).reshape(-1)
+    b = G.shape[0] if G.dim() == 3 else 1
+    return CSRView(ptr, col, g.reshape(-1), 1, rows.numel(), b * p, torch.Size((rows.numel(), b * p)))
 
 
 def _grad_values(G) -> torch.Tensor:

@@ -111,6 +111,32 @@ def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRV
     return CSRView(ptr, col.contiguous(), val, 1, kept.numel(), batch * m, shape, indices, kept)
 
 
+def on_rows(G: torch.Tensor, A: CSRView) -> CSRView:
+    """The view of a sparse G, (n, p) or (b, n, p) with A's rows, through the non-empty
+    rows of a hypersparse view A (A.rows), as _hypersparse views A: G's entries in those
+    rows (the others dropped: a product on A's rows reads no other row of G), columns
+    global (k*p + c).  G's indices are checked first; memory O(nnz(G) + len(A.rows))."""
+    if G.layout != torch.sparse_coo:
+        G = G.to_sparse_coo()
+    sizes = tuple(G.shape)
+    _check_coo_ranges(_unit_stride_rows(plain(G._indices())), sizes)   # before coalesce can fold one
+    if not G.is_coalesced():
+        G = G.coalesce()
+    indices, val = _unit_stride_rows(plain(G._indices())), plain(G._values())
+    rows, kept = _global_rows(indices, sizes[-2]), A.rows
+    at = torch.searchsorted(kept, rows)
+    hit = kept[at.clamp(max=kept.numel() - 1)] == rows if kept.numel() else torch.zeros_like(rows, dtype=torch.bool)
+    at = at[hit]
+    if at.numel() > 1 and bool((at[1:] < at[:-1]).any()):
+        raise ValueError(native.STATUS["EIDX_ORDER"])
+    ptr = torch.zeros(kept.numel() + 1, dtype=torch.int64, device=val.device)
+    torch.cumsum(torch.bincount(at, minlength=kept.numel()), 0, out=ptr[1:])
+    col = indices[-1] + indices[0] * sizes[-1] if len(sizes) == 3 else indices[-1]
+    batch = sizes[0] if len(sizes) == 3 else 1
+    return CSRView(ptr, col[hit].contiguous(), val[hit].contiguous(), 1, kept.numel(), batch * sizes[-1],
+                   G.shape)
+
+
 def _global_rows(indices: torch.Tensor, n: int) -> torch.Tensor:
     """Row of each COO entry in the (b*n)-row block diagonal of a batch."""
     return indices[-2] + indices[0] * n if indices.shape[0] == 3 else indices[-2]
