@@ -70,13 +70,15 @@ _eval_frame_callback = getattr(getattr(getattr(torch._C, "_dynamo", None), "eval
                                "get_eval_frame_callback", None)
 
 
-def refuse_create_graph(op: str) -> None:
+def refuse_create_graph(op: str, sparse_csr_twice: bool = True) -> None:
     """In the backward of an op on a torch sparse tensor, differentiable once: a
     RuntimeError when a graph of the backward is asked for (create_graph=True), naming
-    the way to second derivatives."""
+    the way to second derivatives where there is one (the op on a SparseCSR, with
+    sparse_csr_twice), rather than a gradient that silently records no graph."""
     if torch.is_grad_enabled():
-        raise RuntimeError(f"{op} of a torch sparse tensor: differentiable once; for second derivatives "
-                           "(create_graph=True) pass a SparseCSR")
+        way = "for second derivatives (create_graph=True) pass a SparseCSR" if sparse_csr_twice else \
+            "it has no second derivative (create_graph=True)"
+        raise RuntimeError(f"{op} of a torch sparse tensor: differentiable once; {way}")
 
 
 def records_graph(*tensors) -> bool:
