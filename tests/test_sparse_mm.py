@@ -8,6 +8,7 @@ compared at A's stored positions (the dense gradient masked by A's pattern).
 """
 import json
 import re
+import sys
 
 import pytest
 import torch
@@ -283,6 +284,21 @@ def test_error_contract():
     for args, exc, match in cases:
         with pytest.raises(exc, match=match):
             sparse_mm(*args)
+
+
+@pytest.mark.parametrize("which,layout", [("A", "dense"), ("A", "csc"), ("A", "bsr"), ("B", "csc")])
+def test_unsupported_layout_error_names_the_conversions(which, layout):
+    """A dense, CSC or BSR A (or a CSC B beside a sparse A): the published message, and a
+    note naming what the operand was and how to make it COO or CSR."""
+    D = torch.eye(4)
+    X = {"dense": D, "csc": D.to_sparse_csc(), "bsr": D.to_sparse_bsr((2, 2))}[layout]
+    args = (X, torch.randn(4, 2)) if which == "A" else (D.to_sparse(), X)
+    with pytest.raises(ValueError, match=f"^{which} should be in either COO or CSR sparse format") as e:
+        sparse_mm(*args)
+    assert str(e.value) == f"{which} should be in either COO or CSR sparse format"      # the published message
+    if sys.version_info >= (3, 11):                     # exception notes: what tracebacks print besides
+        assert e.value.__notes__ == [f"got {which} of layout {X.layout}: convert it with {which}.to_sparse() "
+                                     f"(COO) or {which}.to_sparse_csr() (CSR)"]
 
 
 def test_error_devices():
