@@ -12,7 +12,10 @@
  * With `coalesced` given (and ptr), the row order is a question rather than a
  * rule: *coalesced = 1 when the entries are strictly increasing in (global row,
  * col), i.e. sorted and free of duplicates as a coalesced tensor's are, and 0
- * otherwise (then ptr is unspecified); every range is checked either way. */
+ * otherwise (then ptr is unspecified); every range is checked either way.
+ * On TSGU_EIDX_RANGE, *bad (where given) is the first entry holding an index out
+ * of range: each thread stops at the first of its chunk, and the earliest chunk's
+ * is the first overall, whatever the thread count. */
 #include "tsgu.h"
 #include "tsgu_parallel.h"
 
@@ -25,6 +28,7 @@ typedef struct {
     int64_t *ptr;
     int probe;            /* order is asked about (coalesced != NULL), not required */
     int *sorted;          /* per task: 1 while its entries are strictly increasing */
+    int64_t *bad;         /* per task: its first entry out of range, or -1 */
 } coo_ctx;
 
 static int coo_task(void *vctx, int64_t t)
@@ -40,16 +44,23 @@ static int coo_task(void *vctx, int64_t t)
     /* global row and column of the entry before this chunk (-1 before the first
      * entry); its range is checked by the chunk that owns it */
     int64_t prev = -1, prevj = -1;
+    x->bad[t] = -1;
     if (e0 > 0) {
         int64_t b = bi ? bi[e0 - 1] : 0, i = ri[e0 - 1];
-        if (b < 0 || b >= nb || i < 0 || i >= n) return TSGU_EIDX_RANGE;
+        if (b < 0 || b >= nb || i < 0 || i >= n) {
+            x->bad[t] = e0 - 1;
+            return TSGU_EIDX_RANGE;
+        }
         prev = b * n + i;
         prevj = ci[e0 - 1];
     }
     int sorted = 1;       /* 0 once a probe meets an entry out of (r, j) order */
     for (int64_t e = e0; e < e1; e++) {
         int64_t b = bi ? bi[e] : 0, i = ri[e], j = ci[e];
-        if (b < 0 || b >= nb || i < 0 || i >= n || j < 0 || j >= m) return TSGU_EIDX_RANGE;
+        if (b < 0 || b >= nb || i < 0 || i >= n || j < 0 || j >= m) {
+            x->bad[t] = e;
+            return TSGU_EIDX_RANGE;
+        }
         int64_t r = b * n + i;
         if (!ptr || !sorted) continue;                       /* ranges only */
         if (r < prev && !probe) return TSGU_EIDX_ORDER;
@@ -68,15 +79,21 @@ static int coo_task(void *vctx, int64_t t)
 }
 
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
-                     const int64_t *sizes, int64_t *ptr, int nthreads, int *coalesced)
+                     const int64_t *sizes, int64_t *ptr, int nthreads, int *coalesced, int64_t *bad)
 {
     int64_t T = nthreads < 1 ? 1 : nthreads;
     if (T > TSGU_MAX_THREADS) T = TSGU_MAX_THREADS;
     if (T > nnz / TSGU_MIN_ENTRIES) T = nnz / TSGU_MIN_ENTRIES;
     if (T < 1) T = 1;
     int sorted[TSGU_MAX_THREADS];
-    coo_ctx x = {idx, ld, sparse_dims, nnz, T, sizes, ptr, coalesced != NULL, coalesced ? sorted : NULL};
+    int64_t first_bad[TSGU_MAX_THREADS];
+    coo_ctx x = {idx, ld, sparse_dims, nnz, T, sizes, ptr, coalesced != NULL, coalesced ? sorted : NULL, first_bad};
     int status = tsgu_parallel_tasks(T, coo_task, &x);
+    if (status == TSGU_EIDX_RANGE && bad) {
+        int64_t t = 0;
+        while (first_bad[t] < 0) t++;        /* a chunk found one: the status says so */
+        *bad = first_bad[t];
+    }
     if (coalesced && status == TSGU_OK) {
         *coalesced = 1;
         for (int64_t t = 0; t < T; t++) *coalesced &= sorted[t];

@@ -68,6 +68,7 @@ int take(call *c, PyObject *obj, const char *name);
 int take_all(call *c, PyObject *const *objs, const char *const *names, int count);
 PyObject *finish(call *c, int status);
 int raise_status(int status);
+int raise_coo_range(const int64_t *idx, int64_t ld, int64_t sd, const int64_t *sizes, int64_t entry);
 
 /* ---- accessors of a taken tensor ---- */
 static inline const DLTensor *dl(const held *h) { return &h->mt->dl_tensor; }

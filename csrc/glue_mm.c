@@ -59,7 +59,7 @@ PyObject *py_spmm_coo(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *o[4], *osizes;
-    int64_t sizes[3], sd, R, ld, nnz;
+    int64_t sizes[3], sd, R, ld, nnz, bad = -1;
     long long rows_per_entry;
     int nthreads, status = TSGU_OK, sorted = 0, rt;
     call c = {0};
@@ -101,10 +101,11 @@ PyObject *py_spmm_coo(PyObject *self, PyObject *args)
         A.ptr = ptr;
         A.col = idx + (sd - 1) * ld;
         Py_BEGIN_ALLOW_THREADS
-        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, &sorted);
+        status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, &sorted, &bad);
         if (status == TSGU_OK && sorted) status = tsgu_spmm(&A, &X, &Y, nthreads);
         Py_END_ALLOW_THREADS
         free(ptr);
+        if (status == TSGU_EIDX_RANGE) status = raise_coo_range(idx, ld, sd, sizes, bad);
     }
     PyObject *done = finish(&c, status);
     if (!done) return NULL;
@@ -198,7 +199,7 @@ PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *oi, *osizes, *optr;
-    int64_t sizes[3], sd, R, ld, nnz;
+    int64_t sizes[3], sd, R, ld, nnz, bad = -1;
     int status, nthreads, probe = 0, coalesced = 0;
     call c = {0};
     if (!PyArg_ParseTuple(args, "OOOi|p", &oi, &osizes, &optr, &nthreads, &probe)) return NULL;
@@ -214,8 +215,9 @@ PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
     }
     const int64_t *idx = data_of(&c.t[0]);
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, probe ? &coalesced : NULL);
+    status = tsgu_coo_row_ptr(idx, ld, sd, nnz, sizes, ptr, nthreads, probe ? &coalesced : NULL, &bad);
     Py_END_ALLOW_THREADS
+    if (status == TSGU_EIDX_RANGE) status = raise_coo_range(idx, ld, sd, sizes, bad);
     PyObject *done = finish(&c, status);
     if (!done || !probe) return done;
     Py_DECREF(done);

@@ -155,6 +155,24 @@ int raise_status(int status)
     return -1;
 }
 
+/* the ValueError of a COO index array whose entry `entry` holds an index out of range
+ * (tsgu_coo_row_ptr's *bad): the status's message, then which index (batch, row or
+ * column), its value, the entry, the dimension and its size; returns -1 */
+int raise_coo_range(const int64_t *idx, int64_t ld, int64_t sd, const int64_t *sizes, int64_t entry)
+{
+    static const char *const kinds[2][3] = {{"row", "column", ""}, {"batch", "row", "column"}};
+    for (int64_t d = 0; d < sd; d++) {
+        int64_t v = idx[d * ld + entry];
+        if (v < 0 || v >= sizes[d]) {
+            PyErr_Format(PyExc_ValueError, "%s: %s index %lld at entry %lld is out of range for dimension %lld "
+                         "of size %lld", status_table[TSGU_EIDX_RANGE].message, kinds[sd == 3][d], (long long)v,
+                         (long long)entry, (long long)d, (long long)sizes[d]);
+            return -1;
+        }
+    }
+    return raise_status(TSGU_EIDX_RANGE);      /* not reached: the entry holds one */
+}
+
 /* ---- status_messages() -> {name: message}: the status table ---- */
 static PyObject *py_status_messages(PyObject *self, PyObject *unused)
 {

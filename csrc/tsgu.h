@@ -110,7 +110,7 @@ int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, co
                      void *gB, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
-                     const int64_t *sizes, int64_t *ptr, int nthreads, int *coalesced);
+                     const int64_t *sizes, int64_t *ptr, int nthreads, int *coalesced, int64_t *bad);
 
 /* Krylov solvers on an n x n CSR A (cg.c, minres.c), all k columns of an n x k
  * block at once (blocks contiguous, row-major).  Per-column scalars are doubles;

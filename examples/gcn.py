@@ -36,6 +36,27 @@ from torchsparsegradutils.nn import GCNConv, dropout, gcn_norm  # noqa: E402
 
 
 
+PLANETOID_KEYS = ("x_shape", "x_indptr", "x_indices", "x_data", "edge_index", "y", "train_idx", "val_idx", "test_idx")
+
+
+def planetoid_file(path: str) -> str:
+    """--data's argparse type: path, if it is a Planetoid .npz (the arrays load reads);
+    otherwise an ArgumentTypeError, which argparse reports in one line."""
+    try:
+        d = np.load(path)
+    except FileNotFoundError:
+        raise argparse.ArgumentTypeError(f"no such file: {path}") from None
+    except (OSError, ValueError):             # a folder, an unreadable file, or one that is not NumPy's
+        raise argparse.ArgumentTypeError(f"{path} is not a readable .npz file") from None
+    if not isinstance(d, np.lib.npyio.NpzFile):
+        raise argparse.ArgumentTypeError(f"{path} is a single NumPy array, not a .npz archive")
+    with d:
+        missing = [k for k in PLANETOID_KEYS if k not in d.files]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{path} is not a Planetoid .npz: it lacks {', '.join(missing)}")
+    return path
+
+
 def load(path: str):
     """(x as a row-normalised SparseCSR, edge_index, labels, train, val, test) of a Planetoid .npz."""
     d = np.load(path)
@@ -231,7 +252,8 @@ def time_steps(model, x, y, idx, steps: int):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", help="a Planetoid .npz file (default: a synthetic community graph)")
+    p.add_argument("--data", type=planetoid_file,
+                   help="a Planetoid .npz file (default: a synthetic community graph)")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--compare-steps", type=int, default=10,
                    help="training steps timed for each model (0: train ours only)")

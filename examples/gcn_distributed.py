@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gcn import load, synthetic  # noqa: E402
+from gcn import load, planetoid_file, synthetic  # noqa: E402
 
 from torchsparsegradutils import sparse_mm  # noqa: E402
 from torchsparsegradutils.distributed import DistSparseCSR, dist_sparse_mm, partition_report, reorder  # noqa: E402
@@ -70,7 +70,8 @@ def train(model, A, x, y, train_mask, n_train: int, steps: int, matmul_is_dist: 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", help="a Planetoid .npz file (default: gcn.py's synthetic community graph)")
+    p.add_argument("--data", type=planetoid_file,
+                   help="a Planetoid .npz file (default: gcn.py's synthetic community graph)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--reorder", choices=["rcm", "bfs"], help="renumber the nodes first, to cut the halo")
     p.add_argument("--check", action="store_true", help="exit 1 unless one process reaches the same parameters")

@@ -144,16 +144,16 @@ def _random_csr(n: int, nnz: int, seed: int, powerlaw: bool = False) -> torch.Te
     return torch.sparse_coo_tensor(torch.stack([rows, cols]), values, (n, n)).coalesce().to_sparse_csr()
 
 
-def _compare(A: torch.Tensor, part, seed: int = 3) -> None:
-    """dist_sparse_mm on this rank's part of A against sparse_mm on the whole A: this
-    rank's rows of C and of grad_B, and the gradient of its values; its exchange plan
-    against partition_report's; its inputs left unchanged."""
+def _compare(A: torch.Tensor, part, seed: int = 3, p: int = P) -> None:
+    """dist_sparse_mm on this rank's part of A against sparse_mm on the whole A, with B
+    of p columns: this rank's rows of C and of grad_B, and the gradient of its values;
+    its exchange plan against partition_report's; its inputs left unchanged."""
     from torchsparsegradutils import sparse_mm
     from torchsparsegradutils.distributed import dist_sparse_mm, partition_report
 
     n = A.shape[0]
     gen = torch.Generator().manual_seed(seed)
-    B, W = torch.randn(n, P, generator=gen, dtype=torch.float64), torch.randn(n, P, generator=gen, dtype=torch.float64)
+    B, W = torch.randn(n, p, generator=gen, dtype=torch.float64), torch.randn(n, p, generator=gen, dtype=torch.float64)
     A_ref = A.detach().clone().requires_grad_()
     B_ref = B.clone().requires_grad_()
     C_ref = sparse_mm(A_ref, B_ref)
@@ -290,6 +290,15 @@ def _case_no_halo(rank, world):
     part = _scattered(A, rank, torch.arange(world + 1) * (n // world))
     assert (part.halo.numel() == 0) == (rank == 0)
     _compare(A, part)
+
+
+def _case_no_columns(rank, world):
+    """B with p = 0 columns: C and grad_B are empty, the values' gradient zero, on
+    ranks that receive halo rows (of no columns) and ranks that do not."""
+    A = _random_csr(22, 120, seed=11)
+    part = _scattered(A, rank)
+    assert part.halo.numel() > 0
+    _compare(A, part, p=0)
 
 
 def _case_more_ranks_than_rows(rank, world):

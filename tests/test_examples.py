@@ -37,6 +37,34 @@ def test_bilinear_gradient_is_exact_at_the_pattern():
     assert _example("bilinear").main(["--n", "20000"]) < 1e-5
 
 
+@pytest.mark.parametrize("example", ["gcn", "gcn_distributed"])
+@pytest.mark.parametrize("kind,message", [
+    ("missing", "no such file: "),
+    ("folder", "is not a readable .npz file"),
+    ("text", "is not a readable .npz file"),
+    ("npy", "is a single NumPy array, not a .npz archive"),
+    ("other_npz", "is not a Planetoid .npz: it lacks x_shape, "),
+])
+def test_examples_refuse_a_bad_data_path_in_one_line(tmp_path, capsys, example, kind, message):
+    """--data naming no file, a folder, a text file, a .npy array or a .npz without the
+    Planetoid arrays ends in argparse's one-line error (exit status 2), not a traceback."""
+    import numpy as np
+
+    path = tmp_path / {"missing": "cora.npz", "folder": "", "text": "cora.txt", "npy": "cora.npy",
+                       "other_npz": "other.npz"}[kind]
+    if kind == "text":
+        path.write_text("not an archive\n")
+    elif kind == "npy":
+        np.save(path, np.zeros(3))
+    elif kind == "other_npz":
+        np.savez(path, a=np.zeros(2))
+    with pytest.raises(SystemExit) as exit_:
+        _example(example).main(["--data", str(path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert ": error: argument --data: " in err and message in err, err
+
+
 def test_sparse_linear_example_learns():
     assert _example("sparse_linear").main(["--epochs", "2", "--train", "3000"]) > 0.3   # chance: 0.1
 

@@ -8,6 +8,7 @@ compared at A's stored positions (the dense gradient masked by A's pattern).
 """
 import json
 import re
+import sys
 
 import pytest
 import torch
@@ -283,6 +284,66 @@ def test_error_contract():
     for args, exc, match in cases:
         with pytest.raises(exc, match=match):
             sparse_mm(*args)
+
+
+@pytest.mark.parametrize("which,layout", [("A", "dense"), ("A", "csc"), ("A", "bsr"), ("B", "csc")])
+def test_unsupported_layout_error_names_the_conversions(which, layout):
+    """A dense, CSC or BSR A (or a CSC B beside a sparse A): the published message, and a
+    note naming what the operand was and how to make it COO or CSR."""
+    D = torch.eye(4)
+    X = {"dense": D, "csc": D.to_sparse_csc(), "bsr": D.to_sparse_bsr((2, 2))}[layout]
+    args = (X, torch.randn(4, 2)) if which == "A" else (D.to_sparse(), X)
+    with pytest.raises(ValueError, match=f"^{which} should be in either COO or CSR sparse format") as e:
+        sparse_mm(*args)
+    assert str(e.value) == f"{which} should be in either COO or CSR sparse format"      # the published message
+    if sys.version_info >= (3, 11):                     # exception notes: what tracebacks print besides
+        assert e.value.__notes__ == [f"got {which} of layout {X.layout}: convert it with {which}.to_sparse() "
+                                     f"(COO) or {which}.to_sparse_csr() (CSR)"]
+
+
+RANGE = re.escape(tsgu._C.status_messages()["EIDX_RANGE"])
+
+
+@pytest.mark.parametrize("order", ["sorted", "unsorted", "hypersparse"])
+@pytest.mark.parametrize("batched,kind", [(False, "row"), (False, "column"), (True, "batch"), (True, "row"),
+                                          (True, "column")])
+def test_out_of_range_coo_index_error_names_index_entry_dimension_and_size(order, batched, kind):
+    """A COO index out of range is the malformed-matrix ValueError naming which index
+    (batch, row or column), its value, its entry and its dimension's size: through the
+    one-call COO product (sorted entries), the coalescing intake (unsorted) and the
+    hypersparse one (a tall matrix of few entries)."""
+    n = 10 ** 6 if order == "hypersparse" else 5
+    idx = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 2, 3, 4], [0, 1, 2, 3, 1]])
+    idx = idx if batched else idx[1:]
+    d = ["batch", "row", "column"].index(kind) - (not batched)
+    idx[d, 3] = {"batch": 2, "row": n + 2, "column": -1}[kind]
+    if order == "unsorted":
+        idx = idx[:, [1, 0, 2, 3, 4]]
+    sizes = ((2,) if batched else ()) + (n, 4)
+    A = torch.sparse_coo_tensor(idx, torch.ones(5), sizes, check_invariants=False)
+    bad = idx[d, 3].item()
+    with pytest.raises(ValueError, match=f"^{RANGE}: {kind} index {bad} at entry 3 is out of range for dimension {d} "
+                                         f"of size {sizes[d]}$"):
+        sparse_mm(A, torch.ones(*sizes[:-2], 4, 2))
+
+
+def test_out_of_range_coo_index_named_alike_for_any_thread_count():
+    """The entry named is the first out of range, whatever the number of threads that
+    check the entries (each stops at the first of its chunk)."""
+    nnz = 1 << 20
+    rows = torch.arange(nnz) // 4
+    idx = torch.stack([rows, torch.arange(nnz) % 4])
+    idx[0, nnz - 10], idx[1, nnz // 2 + 1], idx[1, nnz // 2 + 5] = -3, 4, 9   # the one at nnz/2 + 1 is first
+    A = torch.sparse_coo_tensor(idx, torch.ones(nnz), (nnz // 4, 4), check_invariants=False)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2, 4):
+            torch.set_num_threads(threads)
+            with pytest.raises(ValueError, match=f": column index 4 at entry {nnz // 2 + 1} is out of range for "
+                                                 f"dimension 1 of size 4$"):
+                sparse_mm(A, torch.ones(4, 1))
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_error_devices():

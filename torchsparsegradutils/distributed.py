@@ -380,7 +380,7 @@ class DistSparseMatMul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, values, B, A):
         halo = A.exchange(B)
-        Bx = torch.cat([B, halo]) if halo.numel() else B     # own rows, then the halo rows
+        Bx = torch.cat([B, halo]) if halo.shape[0] else B    # own rows, then the halo rows (p may be 0)
         view = A.view(values)
         ctx.A = A
         ctx.save_for_backward(values, Bx if ctx.needs_input_grad[0] else None)

@@ -20,7 +20,7 @@ from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import constant_dim, eager_only
+from ._core.validate import constant_dim, eager_only, refuse_create_graph
 from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
@@ -54,7 +54,8 @@ def sparse_logsumexp(input: Tensor, dim: Union[int, Sequence[int]], keepdim: boo
     returned on the input's pattern (an uncoalesced COO's on the coalesced one;
     a ``SparseCSR``'s to its ``values``).  With a ``SparseCSR`` the gradient is
     itself differentiable (``create_graph=True``: second derivatives); a torch
-    sparse tensor's is not.
+    sparse tensor's is not (its backward with ``create_graph=True`` raises
+    ``RuntimeError``).
 
     Raises
     ------
@@ -224,8 +225,8 @@ class SparseLogSumExp(torch.autograd.Function):
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, G):
+        refuse_create_graph("sparse_logsumexp / sparse_bidir_logsumexp")
         view, _, (out,) = load_operand(ctx)
         grad = view.grad_like(_backends.lse_grad(view, out, G, ctx.mode, ctx.transposed))
         if not ctx.transposed:

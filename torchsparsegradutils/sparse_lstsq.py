@@ -2,12 +2,11 @@
 from typing import Callable, Optional
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
-from ._core.validate import check_system, eager_only
+from ._core.validate import check_system, eager_only, refuse_create_graph
 from .sparse_matmul import sparse_mm
 from .sparse_solve import solver_result
 from .utils.lsmr import lsmr
@@ -44,6 +43,7 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
     and ``Y = A^+ grad_B = (A^T A)^{-1} G``,
     ``grad_A = -grad_B X^T + r Y^T`` (Golub & Pereyra 1973), both terms
     evaluated only at A's stored positions (sampled products; no m x n matrix).
+    Differentiable once: a backward with ``create_graph=True`` raises ``RuntimeError``.
 
     Raises
     ------
@@ -105,8 +105,8 @@ class SparseGenericLstsq(torch.autograd.Function):
         return X
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, G):
+        refuse_create_graph("sparse_generic_lstsq", sparse_csr_twice=False)
         view, _, (B, X) = load_operand(ctx)
         lstsq, transpose_lstsq = ctx.solvers
         A = view.to_torch()

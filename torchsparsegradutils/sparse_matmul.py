@@ -1,6 +1,5 @@
 """sparse_mm: sparse A times dense or sparse B, with gradients that stay sparse."""
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _backends, _ops
 from ._core.intake import as_csr, on_rows
@@ -8,7 +7,7 @@ from ._core.saved import load_operand, load_operands, save_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor, csr_tensor
 from ._core.validate import (MM_DTYPES, check_operands, check_reduce, check_sparse_operands, eager_only,
-                             error, records_graph)
+                             error, records_graph, refuse_create_graph)
 from ._core.view import CSRView, coo_from_values, csr_from_values, view_of
 
 
@@ -72,7 +71,8 @@ def sparse_mm(A, B, reduce: str = "sum"):
     ``grad_B[j,c] = sum_i A[i,j] G[i,c]``, from a sparse ``G`` (any pattern) or a
     dense one (after ``C.to_dense()``): never the full ``G @ B^T`` or ``A^T @ G``,
     and no memory beyond the gradients but O(nnz(A) + nnz(B)).  ``reduce`` must be
-    ``"sum"``; there is no second derivative.
+    ``"sum"``; there is no second derivative (a backward with ``create_graph=True``
+    raises ``RuntimeError``).
 
     Under ``torch.compile`` a ``SparseCSR`` operand is traced (the kernels are
     custom operators); a torch sparse tensor breaks the graph there and runs eagerly.
@@ -271,8 +271,8 @@ class SparseSparseMatMul(torch.autograd.Function):
         return _product(A.layout, ptr, index, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, G):
+        refuse_create_graph("sparse_mm with a sparse B", sparse_csr_twice=False)
         ((a, _), (b, _)), _ = load_operands(ctx)
         need_A, need_B = ctx.needs_input_grad
         g = G                                                    # a sparse G: any pattern, checked

@@ -8,14 +8,13 @@ import warnings
 from typing import Callable, Optional
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _backends, _ops
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor
-from ._core.validate import check_operands, check_system, eager_only, error, records_graph
+from ._core.validate import check_operands, check_system, eager_only, error, records_graph, refuse_create_graph
 from .utils.minres import minres
 
 
@@ -50,7 +49,9 @@ def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
     ``grad_M = -grad_B X^T``, evaluated only at ``A``'s stored positions, so
     ``grad_A`` is a sparse tensor in A's layout and no n x n matrix is formed.
     On CPU both directions run in C; on other devices through
-    ``torch.triangular_solve`` with a CSR matrix.
+    ``torch.triangular_solve`` with a CSR matrix.  Differentiable once for a torch
+    sparse ``A`` (a backward with ``create_graph=True`` raises ``RuntimeError``);
+    a ``SparseCSR`` gives second derivatives.
 
     Raises
     ------
@@ -114,8 +115,8 @@ class SparseTriangularSolve(torch.autograd.Function):
         return X
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, G):
+        refuse_create_graph("sparse_triangular_solve")
         view, _, (X,) = load_operand(ctx)
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
             return None, None, None, None, None
@@ -156,7 +157,8 @@ def sparse_generic_solve(A: torch.Tensor, B: torch.Tensor, solve: Optional[Calla
     is itself differentiable, so ``create_graph=True`` gives second derivatives
     and Hessian-vector products w.r.t. ``A`` and ``B``.  For second derivatives
     w.r.t. a leaf ``values`` tensor, build ``A`` with
-    :func:`torchsparsegradutils.sparse_csr_tensor`: PyTorch's own
+    :func:`torchsparsegradutils.sparse_csr_tensor` or
+    :func:`torchsparsegradutils.sparse_coo_tensor`: PyTorch's own
     ``torch.sparse_coo_tensor`` backward into its values is not differentiable again.
 
     Raises

@@ -8,7 +8,9 @@ matrix), and ``torch.sparse_coo_tensor(indices, values)`` through a hash-based
 backward).  These constructors map the gradient straight onto ``values``: when it
 arrives on the same pattern (as ``sparse_mm`` returns it) that is its values
 array, O(1); otherwise it is looked up at the pattern by binary search,
-O(nnz log nnz) -- never an n x m matrix (see _core/view.py).
+O(nnz log nnz) -- never an n x m matrix (see _core/view.py).  Both backwards are
+differentiable again (create_graph=True: second derivatives into ``values``); a
+gradient that carries a graph is looked up by the differentiable binary search.
 """
 import torch  # noqa: F401  (the examples below use it)
 

@@ -151,13 +151,15 @@ def _unit_stride_rows(indices: torch.Tensor) -> torch.Tensor:
 
 
 def _check_coo_ranges(indices: torch.Tensor, sizes) -> None:
-    """Every COO index in [0, size of its dimension): in C on CPU, else with torch ops."""
-    if indices.device.type == "cpu":
-        _C.coo_row_ptr(indices, sizes, None, torch.get_num_threads())
-    elif indices.numel():
+    """Every COO index in [0, size of its dimension): in C on CPU, else with torch ops,
+    and where one is out of range in C on a host copy, whose error names it (index,
+    entry, dimension and size)."""
+    if indices.device.type != "cpu":
         bound = torch.tensor(sizes, device=indices.device).unsqueeze(1)
-        if bool(((indices < 0) | (indices >= bound)).any()):
-            raise ValueError(native.STATUS["EIDX_RANGE"])
+        if not (indices.numel() and bool(((indices < 0) | (indices >= bound)).any())):
+            return
+        indices = indices.cpu()
+    _C.coo_row_ptr(indices, sizes, None, torch.get_num_threads())
 
 
 def check_structure(view: CSRView) -> None:
@@ -442,7 +444,11 @@ def cuda_coo_structure(indices: torch.Tensor, sizes: tuple, coalesced: bool) -> 
     s = CUDA_STRUCTURES.lookup(key)
     if s is not None:
         return s
-    order = _C.cuda_coo_check(indices, sizes, coalesced, _flag(indices), stream(indices))
+    try:
+        order = _C.cuda_coo_check(indices, sizes, coalesced, _flag(indices), stream(indices))
+    except ValueError:
+        _check_coo_ranges(indices.cpu(), sizes)     # an index out of range: the host's check names it
+        raise
     if order and not coalesced:
         s = _sort_structure(indices, sizes, keep_source=False)
     else:

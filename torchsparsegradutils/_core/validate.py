@@ -70,13 +70,15 @@ _eval_frame_callback = getattr(getattr(getattr(torch._C, "_dynamo", None), "eval
                                "get_eval_frame_callback", None)
 
 
-def refuse_create_graph(op: str) -> None:
+def refuse_create_graph(op: str, sparse_csr_twice: bool = True) -> None:
     """In the backward of an op on a torch sparse tensor, differentiable once: a
     RuntimeError when a graph of the backward is asked for (create_graph=True), naming
-    the way to second derivatives."""
+    the way to second derivatives where there is one (the op on a SparseCSR, with
+    sparse_csr_twice), rather than a gradient that silently records no graph."""
     if torch.is_grad_enabled():
-        raise RuntimeError(f"{op} of a torch sparse tensor: differentiable once; for second derivatives "
-                           "(create_graph=True) pass a SparseCSR")
+        way = "for second derivatives (create_graph=True) pass a SparseCSR" if sparse_csr_twice else \
+            "it has no second derivative (create_graph=True)"
+        raise RuntimeError(f"{op} of a torch sparse tensor: differentiable once; {way}")
 
 
 def records_graph(*tensors) -> bool:
@@ -105,6 +107,13 @@ def check_no_functorch(name: str) -> None:
             "tensors cannot pass through them. Use torch.autograd.grad or .backward() instead")
 
 
+def layout_hint(name: str, layout) -> str:
+    """The note of a sparse operand of a layout other than COO or CSR: what it got, and
+    the conversion to each of the two."""
+    return (f"got {name} of layout {layout}: convert it with {name}.to_sparse() (COO) or "
+            f"{name}.to_sparse_csr() (CSR)")
+
+
 def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
     """A sparse COO/CSR (n, m) or (b, n, m) without dense dims, or a SparseCSR; B strided
     with A's rank, batch size, device and dtype (one of `dtypes`).  Shapes beyond that
@@ -128,7 +137,7 @@ def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
     if a_dim != b_dim or a_dim > 3:
         raise error(ValueError, "A and B must both be 2D or both be 3D tensors", f"got {a_dim}D and {b_dim}D")
     if layout is not torch.sparse_coo and layout is not torch.sparse_csr:
-        raise error(ValueError, "A should be in either COO or CSR sparse format", f"got {layout}")
+        raise error(ValueError, "A should be in either COO or CSR sparse format", layout_hint("A", layout))
     if values is A and A.dense_dim() != 0:
         raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
                          f"got {A.dense_dim()}")
@@ -161,7 +170,8 @@ def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
         if not isinstance(X, torch.Tensor):
             raise ValueError("Both A and B should be instances of torch.Tensor")
         if X.layout is not torch.sparse_coo and X.layout is not torch.sparse_csr:
-            raise error(ValueError, f"{which} should be in either COO or CSR sparse format", f"got {X.layout}")
+            raise error(ValueError, f"{which} should be in either COO or CSR sparse format",
+                        layout_hint(which, X.layout))
         if X.dense_dim() != 0:
             raise ValueError(f"{which} must not have dense dimensions (hybrid sparse tensors are not supported), "
                              f"got {X.dense_dim()}")

@@ -211,8 +211,8 @@ class _COOFromValues(torch.autograd.Function):
         indices, = ctx.saved_tensors
         if not ctx.needs_input_grad[1]:
             return None, None, None, None
-        if grad.layout == torch.sparse_coo and _same_indices(grad._indices(), indices):
-            return None, grad._values(), None, None
+        if not grad.requires_grad and grad.layout == torch.sparse_coo and _same_indices(grad._indices(), indices):
+            return None, grad._values(), None, None     # O(1); _values() records no graph (create_graph)
         return None, _values_at(grad, list(indices)), None, None
 
 
@@ -230,7 +230,8 @@ def values_at_pattern(grad: torch.Tensor, crow: torch.Tensor, col: torch.Tensor)
 
 def _values_at(grad: torch.Tensor, idx) -> torch.Tensor:
     """grad's entries at the positions idx (one index tensor per dimension; zero
-    where grad stores none), by binary search in grad's sorted positions."""
+    where grad stores none), by binary search in grad's sorted positions;
+    differentiable in grad (create_graph=True)."""
     if grad.layout == torch.strided:
         return grad[tuple(idx)]
     g = grad.to_sparse_coo().coalesce()
@@ -241,7 +242,7 @@ def _values_at(grad: torch.Tensor, idx) -> torch.Tensor:
         return g._values().new_zeros(wanted.shape)
     at = torch.searchsorted(stored, wanted).clamp_(max=stored.numel() - 1)
     hit = stored[at] == wanted
-    return torch.where(hit, g._values()[at], torch.zeros((), dtype=g.dtype, device=g.device))
+    return torch.where(hit, g.values()[at], torch.zeros((), dtype=g.dtype, device=g.device))
 
 
 def _same_indices(a: torch.Tensor, b: torch.Tensor) -> bool:
