@@ -1,0 +1,2 @@
+def softmax(*a): raise NotImplementedError
+def softmax_grad(*a): raise NotImplementedError
