@@ -320,7 +320,7 @@ def lse_wsum(A: CSRView, out: torch.Tensor, u: torch.Tensor, mode: str) -> torch
 # ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
 # Over the stored entries of each row (by_rows) or each column of every item, absent
 # entries left out; value arrays in and out are shaped like A.values, in A's entry
-# order.  The cpu route takes columns through the transpose's pattern.
+# order.  The cpu route takes columns through the transpose's pattern; triton has rows only.
 def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     """y[e] = exp(v[e] - L[group of e]) (log: v[e] - L[group of e]), L the group's
     log-sum-exp of its stored values v = A.values."""
