@@ -109,3 +109,44 @@ def test_triton_reduce_16bit(triton_route, reduce, dtype):
     B = torch.randn(30, 4, generator=gen).to(dtype)
     c, t = _run(triton_route, D, B, reduce)
     _assert_same(c, t, TOL[dtype], exact=reduce == "amax" and dtype == torch.float16)
+
+
+def test_triton_compiled_fullgraph(triton_route):
+    """torch.compile(fullgraph=True) traces the custom ops (their fake implementations)
+    and runs the Triton kernels under them: amax and mean of a SparseCSR, with gradients."""
+    gen = seeded("triton_reduce_compile")
+    S = _dense(6, 20, torch.float64, gen).to_sparse_csr()
+    B = torch.randn(20, 3, generator=gen, dtype=torch.float64)
+    crow, col = S.crow_indices().clone(), S.col_indices().clone()     # dense tensors (Dynamo takes no sparse one)
+
+    def f(v, X):
+        A = tsgu.SparseCSR(crow, col, v, S.shape)
+        return tsgu.sparse_mm(A, X, "amax") + tsgu.sparse_mm(A, X, "mean")
+    c, t = both_routes(triton_route, torch.compile(f, fullgraph=True, backend="aot_eager"),
+                       [S.values().requires_grad_(), B.requires_grad_()])
+    _assert_same(c, t, TOL[torch.float64])
+
+
+def test_triton_missing_the_package_imports_and_routes_without_it():
+    """Without triton the package imports, the CPU route runs, and the Triton route is
+    absent (None), forcing it raising ImportError: in a child process where triton
+    cannot be imported."""
+    import subprocess
+    import sys
+    code = """if True:
+        import sys
+        sys.modules["triton"] = None                       # import triton raises ImportError
+        import torch
+        import torchsparsegradutils as tsgu
+        from torchsparsegradutils import _backends
+        A = torch.eye(3).to_sparse_csr()
+        assert torch.equal(tsgu.sparse_mm(A, torch.ones(3, 2), "mean"), torch.ones(3, 2))
+        assert _backends._triton_backend() is None
+        _backends.force_triton = True
+        try:
+            tsgu.sparse_mm(A, torch.ones(3, 2), "mean")
+        except ImportError:
+            print("ok")
+    """
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr

@@ -62,6 +62,8 @@ def _triton_backend(required: bool = False):
                 raise
             backend = False
         _triton = backend
+    if required and not _triton:
+        raise ImportError("the Triton route needs triton, which does not import here")
     return _triton or None
 
 
