@@ -1663,3 +1663,39 @@ def child_outcomes(cases: Dict[str, str], timeout: float = 300) -> Dict[str, Tup
         results[started] = ("CRASH", f"exit status {r.returncode}: {err}")   # a sanitizer report opens with its cause
         todo = [(name, src) for name, src in todo if name not in results]
     return results
+
+
+# ---------------------------------------------------------------- the Triton route
+@pytest.fixture
+def triton_route(monkeypatch):
+    """The Triton kernels forced on CPU tensors (_backends.force_triton), interpreted:
+    skipped without triton, and unless the run was started with TRITON_INTERPRET=1 (read
+    as the kernels are defined, and by the interpreter as they run: setting it later in
+    the process does not take); returns the switch, route(True) / route(False)."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton route on CPU tensors runs under TRITON_INTERPRET=1")
+    return lambda on: monkeypatch.setattr(_backends, "force_triton", on)
+
+
+def both_routes(route, fn, inputs, seed=0):
+    """[outputs..., gradients of the inputs that require grad...] of fn(*leaf copies of
+    inputs) for a random upstream gradient, on the C route and on the Triton route
+    (`route`, the triton_route fixture's switch): (c_results, triton_results)."""
+    results = []
+    for on in (False, True):
+        route(on)
+        leaves = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                  for x in inputs]
+        outs = fn(*leaves)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        diff = [o for o in outs if o.requires_grad]
+        wanted = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
+        grads = []
+        if diff and wanted:
+            gen = seeded("both_routes", seed)
+            ups = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype) for o in diff]
+            grads = list(torch.autograd.grad(diff, wanted, ups, allow_unused=True))
+        results.append([o.detach() for o in outs] + grads)
+    route(False)
+    return results
