@@ -402,6 +402,19 @@ def test_malformed_structure_is_a_value_error(route, monkeypatch):
         sparse_softmax(torch.sparse_coo_tensor(torch.tensor([[0, 2]]).t(), vals[:1], (2, 2)))
 
 
+@pytest.mark.parametrize("dim", [-1, -2])
+def test_coo_flagged_coalesced_with_a_repeated_index_raises(path, dim):
+    """A COO built with is_coalesced=True that holds a position twice (or its columns out
+    of order in a row) is the "malformed sparse matrix" ValueError that sparse_mm raises,
+    not the softmax of its duplicates taken as separate entries."""
+    for col in ([0, 2, 2], [0, 2, 1]):
+        A = torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], col]), torch.tensor([1.0, 2.0, 3.0]), (3, 3),
+                                    is_coalesced=True)
+        for fn in FNS.values():
+            with pytest.raises(ValueError, match="malformed sparse matrix"):
+                fn(A, dim)
+
+
 def test_kernels_check_their_arrays():
     from torchsparsegradutils import _C
     A = random_dense((4, 3), seed=14).to_sparse_csr()

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from . import _backends, _ops
-from ._core.intake import as_csr
+from ._core.intake import as_csr, check_coo
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import constant_dim, eager_only
@@ -238,8 +238,11 @@ def _row_view(A: Tensor, mode: str):
     """(CSR view, transposed): CSC is read as the CSR view of its transpose, and so is
     a hypersparse COO with fewer columns than rows when the result has no per-row
     entry (mode "cols" or "all"): its row pointers would be O(rows) where the
-    entries and the result are O(nnz + columns)."""
+    entries and the result are O(nnz + columns).  (The transpose of a COO is not flagged
+    coalesced: A's own indices are checked first, as as_csr(A) would.)"""
     if A.layout == torch.sparse_csc or mode in ("cols", "all") and _tall_hypersparse(A):
+        if A.layout == torch.sparse_coo:
+            check_coo(A)
         return as_csr(A.transpose(-2, -1)), True
     return as_csr(A), False
 

@@ -99,9 +99,10 @@ class SparseGenericLstsq(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, B, lstsq, transpose_lstsq):
         Ad = A.detach()
+        view = as_csr(Ad)                       # A's structure checked before a solver reads A
         X = _solve(lstsq, Ad, B.detach(), A.shape[1])
         ctx.solvers = (lstsq, transpose_lstsq)
-        save_operand(ctx, A, as_csr(Ad), True, B, X)
+        save_operand(ctx, A, view, True, B, X)
         return X
 
     @staticmethod

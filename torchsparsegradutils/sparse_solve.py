@@ -235,11 +235,12 @@ class SparseGenericSolve(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, B, solve, transpose_solve, kwargs, transposed, A_data):
         A_data = A.detach() if A_data is None else A_data
+        view = as_csr(A_data)                   # A's structure checked before a solver reads A
         run = transpose_solve if transposed else solve
         with torch.no_grad():
             X = solver_result(run(A_data, B.detach(), **kwargs), B.shape, B.dtype)
         ctx.solvers = (solve, transpose_solve, kwargs, transposed)
-        save_operand(ctx, A, as_csr(A_data), True, X)
+        save_operand(ctx, A, view, True, X)
         return X
 
     @staticmethod
