@@ -18,7 +18,7 @@ from torch import Tensor
 
 from . import _backends, _ops
 from ._core.intake import as_csr, check_coo
-from ._core.saved import load_operand, save_operand
+from ._core.saved import load_operand, none_for_undefined, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import constant_dim, eager_only
 from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
@@ -215,6 +215,7 @@ class SparseLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, mode, include_zeros):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view, transposed = _row_view(input.detach(), mode)
         out = _backends.lse(view, mode, include_zeros, transposed)
         if ctx.needs_input_grad[0]:
@@ -224,6 +225,7 @@ class SparseLogSumExp(torch.autograd.Function):
         return out
 
     @staticmethod
+    @none_for_undefined
     @torch.autograd.function.once_differentiable
     def backward(ctx, G):
         view, _, (out,) = load_operand(ctx)

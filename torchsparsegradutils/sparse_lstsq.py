@@ -6,7 +6,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _backends
 from ._core.intake import as_csr
-from ._core.saved import load_operand, save_operand
+from ._core.saved import load_operand, none_for_undefined, save_operand
 from ._core.validate import check_system, eager_only
 from .sparse_matmul import sparse_mm
 from .sparse_solve import solver_result
@@ -98,6 +98,7 @@ class SparseGenericLstsq(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, lstsq, transpose_lstsq):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         Ad = A.detach()
         view = as_csr(Ad)                       # A's structure checked before a solver reads A
         X = _solve(lstsq, Ad, B.detach(), A.shape[1])
@@ -106,6 +107,7 @@ class SparseGenericLstsq(torch.autograd.Function):
         return X
 
     @staticmethod
+    @none_for_undefined
     @once_differentiable
     def backward(ctx, G):
         view, _, (B, X) = load_operand(ctx)

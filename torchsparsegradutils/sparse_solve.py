@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 
 from . import _backends, _ops
 from ._core.intake import as_csr
-from ._core.saved import load_operand, save_operand
+from ._core.saved import load_operand, none_for_undefined, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor
 from ._core.validate import check_operands, check_system, eager_only, error, records_graph
@@ -107,6 +107,7 @@ class SparseTriangularSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, upper, unitriangular, transpose):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view = as_csr(A.detach())
         X = _backends.trisolve(view, B, upper, unitriangular, transpose)
         ctx.flags = (upper, unitriangular, transpose)
@@ -114,6 +115,7 @@ class SparseTriangularSolve(torch.autograd.Function):
         return X
 
     @staticmethod
+    @none_for_undefined
     @once_differentiable
     def backward(ctx, G):
         view, _, (X,) = load_operand(ctx)
@@ -234,6 +236,7 @@ class SparseGenericSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, solve, transpose_solve, kwargs, transposed, A_data):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         A_data = A.detach() if A_data is None else A_data
         view = as_csr(A_data)                   # A's structure checked before a solver reads A
         run = transpose_solve if transposed else solve
@@ -244,6 +247,7 @@ class SparseGenericSolve(torch.autograd.Function):
         return X
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         view, A, (X,) = load_operand(ctx)
         solve, transpose_solve, kwargs, transposed = ctx.solvers
