@@ -90,6 +90,8 @@ def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
     ref, nnz = weakref.ref(A), A.col_indices().shape
 
     def hook(grad):
+        if grad is None:          # undefined (see none_for_undefined): nothing to accumulate
+            return None
         if grad.layout != torch.sparse_csr or grad.col_indices().shape != nnz or grad.values().shape != nnz:
             raise RuntimeError(
                 "cannot sum the gradients of a batched CSR tensor used more than once in one graph: "
