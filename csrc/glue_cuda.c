@@ -91,8 +91,9 @@ PyObject *py_cuda_csr_check(PyObject *self, PyObject *args)
 
 /* ---- cuda_coo_check(indices, sizes, coalesced, flag, stream) -> int ----
  * raises a ValueError for an index out of range, or for entries not strictly
- * increasing in (row, col) when flagged coalesced (as coo_row_ptr.c); else returns the order bits TSGU_COO_ROWS |
- * TSGU_COO_UNIQUE that the entries break (0: coalesced order); waits for the device */
+ * increasing in (row, col) when flagged coalesced (as coo_row_ptr.c); else
+ * returns the order bits TSGU_COO_ROWS | TSGU_COO_UNIQUE that the entries break
+ * (0: coalesced order); waits for the device */
 PyObject *py_cuda_coo_check(PyObject *self, PyObject *args)
 {
     (void)self;
