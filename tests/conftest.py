@@ -1302,6 +1302,12 @@ MALFORMED = {
     "coo_batch_too_large": _coo_src([[0, 2], [0, 1], [0, 1]], (2, 3, 3)),
     "coo_false_coalesced_flag": "torch.sparse_coo_tensor(torch.tensor([[1, 0], [0, 1]]), torch.ones(2), (3, 3), "
                                 "is_coalesced=True)",
+    # flagged coalesced, rows in order, but a position repeated / columns out of order in a row:
+    # every op must raise as sparse_mm does, whatever route takes A in (issue 26)
+    "coo_false_coalesced_repeated": "torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], [0, 2, 2]]), "
+                                    "torch.tensor([1.0, 2.0, 3.0]), (3, 3), is_coalesced=True)",
+    "coo_false_coalesced_cols_unsorted": "torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], [0, 2, 1]]), "
+                                         "torch.ones(3), (3, 3), is_coalesced=True)",
     "coo_one_entry_strided_out_of_range": "torch.sparse_coo_tensor(torch.tensor([[5, 0], [0, 0]])[:, :1], "
                                           "torch.ones(1), (3, 3))",
     "coo_expanded_out_of_range": "torch.sparse_coo_tensor(torch.tensor([[5], [0]]).expand(2, 3), torch.ones(3), (3, 3))",

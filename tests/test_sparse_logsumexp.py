@@ -347,6 +347,19 @@ def test_tall_hypersparse_coo_matches_dense(layout, batch, include_zeros):
         torch.testing.assert_close(A.grad.to_dense()[D != 0], want, **TOL[torch.float64])
 
 
+@pytest.mark.parametrize("idx", [[[7, 120, 120], [0, 2, 2]], [[7, 120, 120], [0, 2, 1]], [[120, 7], [0, 0]]],
+                         ids=["repeated", "cols_unsorted", "rows_unsorted"])
+def test_tall_hypersparse_coo_flagged_coalesced_out_of_order_raises(idx):
+    """Reduced through its transpose (which is not flagged coalesced, so would be sorted
+    and its duplicates summed), a COO built with is_coalesced=True whose entries are not
+    strictly increasing is still the "malformed sparse matrix" ValueError of as_csr."""
+    A = torch.sparse_coo_tensor(torch.tensor(idx), torch.ones(len(idx[0]), dtype=torch.float64), (300, 3),
+                                is_coalesced=True)
+    for dim in (0, [0, 1]):
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            sparse_logsumexp(A, dim)
+
+
 @pytest.mark.skipif(SANITIZED, reason="peak memory is not ours to measure under ASan")
 def test_tall_hypersparse_coo_reductions_take_memory_of_its_entries_not_its_rows():
     """2^26 rows, 3 entries: reduced over the columns or whole, once 512 MB of row

@@ -174,12 +174,14 @@ def test_malformed_coo_raises(path, coalesced):
 
 
 def test_coo_flagged_coalesced_but_unsorted_raises():
-    if not _C.cuda:
-        pytest.skip("the torch-ops fallback trusts the flag")
-    idx = torch.tensor([[1, 0], [0, 2]], device=DEV)
-    A = torch.sparse_coo_tensor(idx, torch.ones(2, device=DEV), (2, 3), is_coalesced=True)
-    with pytest.raises(ValueError, match="not sorted by row"):
-        sparse_mm(A, torch.ones(3, 2, device=DEV))
+    """On the device (our kernels, or the torch-ops checks without them), as on the CPU."""
+    for idx, match in (([[1, 0], [0, 2]], "not sorted by row"),
+                       ([[0, 0], [2, 2]], "sorted and unique within each row")):
+        A = torch.sparse_coo_tensor(torch.tensor(idx, device=DEV), torch.ones(2, device=DEV), (2, 3),
+                                    is_coalesced=True)
+        for B in (torch.ones(3, 2, device=DEV), torch.ones(3, 2, device=DEV, requires_grad=True)):
+            with pytest.raises(ValueError, match=match):
+                sparse_mm(A, B)
 
 
 def test_structure_checked_once_per_adjacency():

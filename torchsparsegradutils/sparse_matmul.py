@@ -3,7 +3,7 @@ import torch
 
 from . import _backends, _ops
 from ._core.intake import as_csr, on_rows
-from ._core.saved import load_operand, load_operands, save_operand, save_operands
+from ._core.saved import load_operand, load_operands, none_for_undefined, save_operand, save_operands
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor, csr_tensor
 from ._core.validate import (MM_DTYPES, check_operands, check_reduce, check_sparse_operands, eager_only,
@@ -163,6 +163,7 @@ class SparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, reduce="sum"):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view = as_csr(A, compress_rows=True)         # reads A (no graph is recorded in forward)
         arg = None
         if reduce == "sum":
@@ -177,6 +178,7 @@ class SparseMatMul(torch.autograd.Function):
         return C
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         view, A, (B, arg) = load_operand(ctx)
         need_A, need_B = ctx.needs_input_grad[:2]
@@ -264,6 +266,7 @@ class SparseSparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         a, b = as_csr(A, compress_rows=True), as_csr(B)     # a hypersparse COO A: its kept rows
         ptr, index, values = _backends.spgemm(a, b, A.layout == torch.sparse_coo)
         # the gradients read both operands' values (one walk over the products gives both)
@@ -271,6 +274,7 @@ class SparseSparseMatMul(torch.autograd.Function):
         return _product(A.layout, ptr, index, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         refuse_create_graph("sparse_mm with a sparse B", sparse_csr_twice=False)
         ((a, _), (b, _)), _ = load_operands(ctx)

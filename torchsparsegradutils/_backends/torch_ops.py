@@ -384,8 +384,9 @@ def _groups(A: CSRView, by_rows: bool):
 
 
 def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
-    """As cpu.softmax: the group's max, its shifted sum of exps, then each entry
-    (the C kernel's shift rule, tsgu_lse_shift); values (nnz,) or (nnz, H)."""
+    """As cpu.softmax: the group's max M (not clamped: a group holding +inf, or only
+    -inf, is NaN throughout), its sum S of exp(v - M), then (v - M) - log S (its
+    exp); values (nnz,) or (nnz, H)."""
     v = A.values
     if v.dtype in _HALF:
         return softmax(A._replace(values=v.float()), by_rows, log).to(v.dtype)
@@ -393,9 +394,8 @@ def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     v = _by_entry(v, A.col)
     at = group.unsqueeze(1).expand(v.shape)
     mx = v.new_full((count, v.shape[1]), float("-inf")).scatter_reduce_(0, at, v, "amax")
-    shift = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-    s = v.new_zeros(mx.shape).index_add_(0, group, (v - shift[group]).exp())
-    d = v - (shift + s.log())[group]
+    shifted = v - mx[group]
+    d = shifted - v.new_zeros(mx.shape).index_add_(0, group, shifted.exp()).log()[group]
     return (d if log else d.exp()).reshape(A.values.shape)
 
 

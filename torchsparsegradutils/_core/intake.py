@@ -87,7 +87,7 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
         indices = _unit_stride_rows(plain(A._indices()))
         val = plain(A._values())
     else:
-        _check_coo_ranges(indices, sizes)
+        _check_coo(indices, sizes, True)
     val = val.contiguous()
     if hypersparse:
         return _hypersparse(indices, val, sizes, shape)
@@ -97,12 +97,10 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
 
 
 def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRView:
-    """The view of a coalesced COO A, its indices in range, through its non-empty rows
+    """The view of a coalesced COO A, its indices checked, through its non-empty rows
     only (CSRView.rows)."""
     n, m = sizes[-2], sizes[-1]
     rows = _global_rows(indices, n)
-    if rows.numel() > 1 and bool((rows[1:] < rows[:-1]).any()):
-        raise ValueError(native.STATUS["EIDX_ORDER"])
     kept, counts = torch.unique_consecutive(rows, return_counts=True)
     ptr = torch.zeros(kept.numel() + 1, dtype=torch.int64, device=val.device)
     torch.cumsum(counts, 0, out=ptr[1:])
@@ -148,6 +146,27 @@ def _unit_stride_rows(indices: torch.Tensor) -> torch.Tensor:
     if indices.shape[1] <= 1 or indices.stride(1) == 1:
         return indices
     return indices.contiguous()
+
+
+def check_coo(A: torch.Tensor) -> None:
+    """A COO A's indices checked as as_csr(A) checks them, without building its view (for
+    an op that reads A through its transpose, which drops the coalesced flag): every
+    index in range and, where A is flagged coalesced, the entries strictly increasing
+    in (row, col), as coo_row_ptr.c requires (ValueError)."""
+    _check_coo(_unit_stride_rows(plain(A._indices())), tuple(A.shape), A.is_coalesced())
+
+
+def _check_coo(indices: torch.Tensor, sizes, coalesced: bool) -> None:
+    """check_coo of a COO's indices (unit-stride rows) and coalesced flag: by torch ops
+    where the view is not built by coo_row_ptr.c."""
+    _check_coo_ranges(indices, sizes)
+    if coalesced and indices.shape[1] > 1:
+        rows, cols = _global_rows(indices, sizes[-2]), indices[-1]
+        step = rows[1:] - rows[:-1]
+        if bool((step < 0).any()):
+            raise ValueError(native.STATUS["EIDX_ORDER"])
+        if bool(((step == 0) & (cols[1:] <= cols[:-1])).any()):
+            raise ValueError(native.STATUS["ECOL_ORDER"])
 
 
 def _check_coo_ranges(indices: torch.Tensor, sizes) -> None:
@@ -438,8 +457,8 @@ def cuda_structure(A: CSRView) -> CudaStructure:
 
 def cuda_coo_structure(indices: torch.Tensor, sizes: tuple, coalesced: bool) -> CooStructure:
     """The CSR form of CUDA COO indices (see CooStructure), checked on the device: an
-    index out of range, or indices flagged coalesced but not sorted by row, raise
-    ValueError; unsorted ones are sorted once (torch ops)."""
+    index out of range, or indices flagged coalesced but not strictly increasing in
+    (row, col), raise ValueError; unsorted ones are sorted once (torch ops)."""
     key = ("coo", sizes, coalesced) + _cuda_key(indices)
     s = CUDA_STRUCTURES.lookup(key)
     if s is not None:

@@ -3,8 +3,10 @@
 `save_operand` / `load_operand` keep a view (and whatever else a Function needs)
 across forward and backward so that in-place edits of A's values are caught or
 cannot matter; `save_operands` / `load_operands` do the same for several sparse
-operands (sparse @ sparse).
+operands (sparse @ sparse).  `none_for_undefined` is how such a backward takes an
+undefined output gradient.
 """
+import functools
 import weakref
 from typing import Optional
 
@@ -12,6 +14,20 @@ import torch
 
 from .torch_sparse import csr_tensor
 from .view import CSRView
+
+
+def none_for_undefined(backward):
+    """A Function's backward, given an undefined output gradient (None: its forward
+    called ctx.set_materialize_grads(False)), returns None for every input, as
+    PyTorch's own ops do, instead of zeros on A's pattern: a sparse zero that
+    autograd.gradcheck's undefined-gradient check cannot compare (eq is not defined
+    for sparse layouts), computed for nothing."""
+    @functools.wraps(backward)
+    def run(ctx, G):
+        if G is None:
+            return (None,) * len(ctx.needs_input_grad)
+        return backward(ctx, G)
+    return run
 
 
 def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensors) -> None:
@@ -74,6 +90,8 @@ def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
     ref, nnz = weakref.ref(A), A.col_indices().shape
 
     def hook(grad):
+        if grad is None:          # undefined (see none_for_undefined): nothing to accumulate
+            return None
         if grad.layout != torch.sparse_csr or grad.col_indices().shape != nnz or grad.values().shape != nnz:
             raise RuntimeError(
                 "cannot sum the gradients of a batched CSR tensor used more than once in one graph: "
