@@ -1,9 +1,41 @@
 """What the graph convolutions share about their adjacency: the check of an
-``edge_index`` (2, E), and the cache of the adjacency each layer builds from one (kept
-while an ``edge_index`` of the same contents comes back, for the same key)."""
+``edge_index`` (2, E) and of a ``flow``, the node count PyG infers from one, the cache
+of the adjacency each layer builds from one (kept while an ``edge_index`` of the same
+contents comes back, for the same key), and the product of the adjacency with node
+features of any leading batch shape."""
+from typing import Optional
+
 import torch
 
 from ..._core.sparse_csr import SparseCSR
+from ...sparse_matmul import sparse_mm
+
+FLOWS = ("source_to_target", "target_to_source")
+
+
+def check_flow(flow) -> None:
+    if flow not in FLOWS:
+        raise ValueError(f"flow must be 'source_to_target' or 'target_to_source', got {flow!r}")
+
+
+def node_count(edge_index: torch.Tensor, num_nodes: Optional[int]) -> int:
+    """num_nodes, or (as PyG's maybe_num_nodes) the largest node id + 1 (0 for no edge)."""
+    if num_nodes is None:
+        return int(edge_index.max()) + 1 if edge_index.numel() else 0
+    if num_nodes < 0:
+        raise ValueError(f"num_nodes must be non-negative, got {num_nodes}")
+    return int(num_nodes)
+
+
+def propagate(A, h: torch.Tensor) -> torch.Tensor:
+    """A @ h for h (n, F), or for every item of a batch (..., n, F) over one graph (PyG's
+    static graphs): one sparse_mm of A with the items side by side, (n, batch * F)."""
+    if h.dim() == 2:
+        return sparse_mm(A, h)
+    n, F = h.shape[-2], h.shape[-1]
+    lead = h.shape[:-2]
+    out = sparse_mm(A, h.movedim(-2, 0).reshape(n, -1))
+    return out.view(n, *lead, F).movedim(0, -2)
 
 
 def check_edge_index(edge_index) -> None:
