@@ -7,7 +7,9 @@ from typing import Optional
 
 import torch
 
+from ..._core.intake import coo_structure
 from ..._core.sparse_csr import SparseCSR
+from ..._core.view import entry_rows
 from ...sparse_matmul import sparse_mm
 
 FLOWS = ("source_to_target", "target_to_source")
@@ -66,3 +68,37 @@ def cached(layer: torch.nn.Module, key, edge_index: torch.Tensor, build):
 def moved(S: SparseCSR, device: torch.device) -> SparseCSR:
     """S with its index and values tensors on device (S itself where they are)."""
     return S if S.crow_indices.device == device else SparseCSR(*(t.to(device) for t in S[:3]), S.size)
+
+
+def is_sparse_adjacency(a) -> bool:
+    """Is a a sparse adjacency: a SparseCSR or a torch sparse COO, CSR or CSC matrix?"""
+    return isinstance(a, SparseCSR) or (isinstance(a, torch.Tensor) and a.layout in (
+        torch.sparse_coo, torch.sparse_csr, torch.sparse_csc))
+
+
+def sparse_entries(adj):
+    """(rows, cols, values) of a SparseCSR or a torch sparse COO / CSR / CSC matrix (2-D,
+    no dense dimensions, ValueError otherwise), int64 indices in range (checked: ValueError),
+    the values differentiable."""
+    if adj.dim() != 2 or adj.dense_dim() != 0:
+        raise ValueError(f"a sparse adjacency must be 2-D with no dense dimensions, got shape {tuple(adj.shape)}")
+    if isinstance(adj, SparseCSR):
+        return entry_rows(adj.crow_indices), adj.col_indices.long(), adj.values
+    if adj.layout == torch.sparse_coo:
+        if not adj.is_coalesced():
+            coo_structure(adj._indices().long(), tuple(adj.shape))   # ValueError: an index out of range
+            adj = adj.coalesce()
+        rows, cols = adj.indices()
+        return rows, cols, adj.values()
+    if adj.layout == torch.sparse_csr:
+        return entry_rows(adj.crow_indices()), adj.col_indices().long(), adj.values()
+    return adj.row_indices().long(), entry_rows(adj.ccol_indices()), adj.values()
+
+
+def as_sparse_csr(adj) -> SparseCSR:
+    """A sparse adjacency (see sparse_entries) as a SparseCSR, differentiable in its values."""
+    if isinstance(adj, SparseCSR):
+        return adj
+    rows, cols, vals = sparse_entries(adj)
+    s = coo_structure(torch.stack([rows, cols]), tuple(adj.shape))
+    return SparseCSR(s.ptr, s.indices[-1], s.values_of(vals), tuple(adj.shape))

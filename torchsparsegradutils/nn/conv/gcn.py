@@ -11,7 +11,8 @@ from ..._core.sparse_csr import SparseCSR
 from ..._core.view import entry_rows
 from ...sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 from .._features import is_sparse, linear
-from ._edge_index import cached, check_edge_index, check_flow, node_count, propagate
+from ._edge_index import (cached, check_edge_index, check_flow, is_sparse_adjacency, node_count, propagate,
+                          sparse_entries)
 
 __all__ = ["GCNConv", "gcn_norm", "gcn_adjacency"]
 
@@ -99,17 +100,6 @@ def _matrix(structure: CooStructure, w: torch.Tensor, n: int, normalize: bool) -
     return SparseCSR(structure.ptr, cols, vals, (n, n))
 
 
-def _sparse_parts(adj: torch.Tensor):
-    """(rows, cols, values) of a torch sparse COO / CSR / CSC matrix, values differentiable."""
-    if adj.layout == torch.sparse_coo:
-        adj = adj if adj.is_coalesced() else adj.coalesce()
-        rows, cols = adj.indices()
-        return rows, cols, adj.values()
-    if adj.layout == torch.sparse_csr:
-        return entry_rows(adj.crow_indices()), adj.col_indices().long(), adj.values()
-    return adj.row_indices().long(), entry_rows(adj.ccol_indices()), adj.values()
-
-
 def _check_square(adj, n: Optional[int]) -> int:
     if adj.dim() != 2 or adj.shape[0] != adj.shape[1] or (n is not None and adj.shape[0] != n):
         want = f"({n}, {n})" if n is not None else "square"
@@ -125,14 +115,7 @@ def _sparse_adjacency(adj, n: Optional[int], improved: bool, add_self_loops: boo
     with ``fill`` added to its diagonal (PyG's add_self_loops on a sparse matrix: an
     explicit self loop's weight is added to), normalised."""
     n = _check_square(adj, n)
-    if isinstance(adj, SparseCSR):
-        rows, cols, vals = entry_rows(adj.crow_indices), adj.col_indices.long(), adj.values
-    else:
-        if dtype is None:
-            dtype = adj.dtype
-        if adj.layout == torch.sparse_coo and not adj.is_coalesced():
-            coo_structure(adj._indices().long(), (n, n))       # ValueError for an index out of range
-        rows, cols, vals = _sparse_parts(adj)
+    rows, cols, vals = sparse_entries(adj)
     vals = vals if dtype is None else vals.to(dtype)
     if add_self_loops:
         loop = torch.arange(n, device=rows.device)
@@ -177,7 +160,7 @@ def gcn_adjacency(edge_index, num_nodes: Optional[int] = None, edge_weight: Opti
     tensor([[0.5000, 0.7071],
             [0.0000, 1.0000]])
     """
-    if isinstance(edge_index, SparseCSR) or is_sparse(edge_index):
+    if is_sparse_adjacency(edge_index):
         if edge_weight is not None:
             raise ValueError("edge_weight is given with a sparse adjacency: its values are the weights")
         return _sparse_adjacency(edge_index, num_nodes, improved, add_self_loops, dtype)
@@ -213,7 +196,7 @@ def gcn_norm(edge_index, edge_weight: Optional[torch.Tensor] = None, num_nodes: 
     if isinstance(edge_weight, int) and not isinstance(edge_weight, bool):
         raise TypeError("gcn_norm takes PyG's arguments (edge_index, edge_weight, num_nodes, ...) and returns "
                         "(edge_index, edge_weight); for the SparseCSR, call gcn_adjacency(edge_index, num_nodes)")
-    if isinstance(edge_index, SparseCSR) or is_sparse(edge_index):
+    if is_sparse_adjacency(edge_index):
         S = _sparse_adjacency(edge_index, num_nodes, improved, add_self_loops, dtype)
         if isinstance(edge_index, SparseCSR):
             return S, None
@@ -358,7 +341,7 @@ class GCNConv(torch.nn.Module):
             return edge_index
         if self.cached and self._cached_edge_index is not None:
             return self._cached_edge_index
-        if is_sparse(edge_index):
+        if is_sparse_adjacency(edge_index):
             if edge_weight is not None:
                 raise ValueError("edge_weight is given with a sparse adjacency: its values are the weights")
             if self.flow != "source_to_target":

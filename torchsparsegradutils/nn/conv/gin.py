@@ -7,7 +7,7 @@ import torch
 from ..._core.intake import coo_structure
 from ..._core.sparse_csr import SparseCSR
 from .._features import is_sparse, to_dense_features
-from ._edge_index import cached, check_edge_index, node_count, propagate
+from ._edge_index import as_sparse_csr, cached, check_edge_index, is_sparse_adjacency, node_count, propagate
 
 __all__ = ["GINConv"]
 
@@ -91,8 +91,8 @@ class GINConv(torch.nn.Module):
             x_dst = x_src if x_dst is x else to_dense_features(x_dst)
         if x_src.dim() < 2:
             raise ValueError(f"x must be (nodes, features) or (..., nodes, features), got shape {tuple(x_src.shape)}")
-        if isinstance(edge_index, SparseCSR) or is_sparse(edge_index):
-            A = edge_index
+        if is_sparse_adjacency(edge_index):
+            A = as_sparse_csr(edge_index)
             if size is not None and tuple(A.shape) != (size[1], size[0]):
                 raise ValueError(f"the adjacency must be (n_target, n_source) = ({size[1]}, {size[0]}), "
                                  f"got {tuple(A.shape)}")
