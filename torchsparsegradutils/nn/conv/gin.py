@@ -12,6 +12,33 @@ from ._edge_index import as_sparse_csr, cached, check_edge_index, is_sparse_adja
 __all__ = ["GINConv"]
 
 
+def _fixed_order_sum(v: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """The sum of v's entries in an order that does not depend on the thread count (torch's
+    sum of one output splits its input by threads): rows of ``chunk`` entries, each summed
+    by one thread, then the row sums, until one small sum is left."""
+    v = v.reshape(-1)
+    while v.numel() > chunk:
+        v = torch.nn.functional.pad(v, (0, (-v.numel()) % chunk)).view(-1, chunk).sum(1)
+    return v.sum()
+
+
+class _Root(torch.autograd.Function):
+    """``(1 + eps) * x``, with eps's gradient ``sum(G * x)`` summed in a fixed order, so
+    that it is the same bits for any thread count (differentiable again)."""
+
+    @staticmethod
+    def forward(ctx, x, eps):
+        ctx.save_for_backward(x, eps)
+        return x * (1 + eps)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, eps = ctx.saved_tensors
+        gx = g * (1 + eps) if ctx.needs_input_grad[0] else None
+        ge = _fixed_order_sum(g * x).reshape(eps.shape) if ctx.needs_input_grad[1] else None
+        return gx, ge
+
+
 def _reset(module: torch.nn.Module) -> None:
     """PyG's ``reset``: the module's reset_parameters, else its children's, in turn."""
     if hasattr(module, "reset_parameters"):
@@ -108,5 +135,5 @@ class GINConv(torch.nn.Module):
             A = self.adjacency(edge_index, (n_src, n_dst), x_src.dtype)
         out = propagate(A, x_src)
         if x_dst is not None:
-            out = out + (1 + self.eps) * x_dst
+            out = out + _Root.apply(x_dst, self.eps.to(x_dst.dtype))
         return self.nn(out)
