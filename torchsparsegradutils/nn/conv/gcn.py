@@ -37,9 +37,8 @@ def _loops(idx: torch.Tensor, n: int):
 def _loop_weights(w: torch.Tensor, keep: torch.Tensor, loop_of: torch.Tensor, fill: float) -> torch.Tensor:
     """The weights of the edges after the remaining self loops: those kept, then one per node
     (its explicit loop's weight, else ``fill``)."""
-    loop_w = torch.where(loop_of >= 0, w.index_select(0, loop_of.clamp(min=0)),
-                         torch.full_like(loop_of, fill, dtype=w.dtype))
-    return torch.cat([w.index_select(0, keep), loop_w])
+    pick = torch.where(loop_of >= 0, loop_of, w.shape[0])            # w's last entry + 1: fill
+    return torch.cat([w.index_select(0, keep), torch.cat([w, w.new_full((1,), fill)]).index_select(0, pick)])
 
 
 def _inv_sqrt(deg: torch.Tensor) -> torch.Tensor:
