@@ -378,7 +378,7 @@ class GCNConv(torch.nn.Module):
             self.reset_parameters()
 
     def forward(self, x, edge_index, edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
-        if isinstance(x, (tuple, list)):
+        if isinstance(x, (tuple, list)) and not isinstance(x, SparseCSR):
             raise ValueError(f"'{type(self).__name__}' received a tuple of node features as input while this layer "
                              "does not support bipartite message passing")
         self._materialize(x)

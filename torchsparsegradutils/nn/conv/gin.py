@@ -112,7 +112,7 @@ class GINConv(torch.nn.Module):
         return cached(self, key, edge_index, build)
 
     def forward(self, x, edge_index, size: Optional[Tuple[int, int]] = None) -> torch.Tensor:
-        x_src, x_dst = tuple(x) if isinstance(x, (tuple, list)) else (x, x)
+        x_src, x_dst = tuple(x) if isinstance(x, (tuple, list)) and not isinstance(x, SparseCSR) else (x, x)
         x_src = to_dense_features(x_src) if is_sparse(x_src) else x_src
         if x_dst is not None and is_sparse(x_dst):
             x_dst = x_src if x_dst is x else to_dense_features(x_dst)
