@@ -866,22 +866,28 @@ def _edge_index(spec: Spec, gen) -> torch.Tensor:
 
 
 def dense_gcn_adjacency(edge_index: torch.Tensor, n: int, w: torch.Tensor) -> torch.Tensor:
-    """D^-1/2 (A + I) D^-1/2, A[target, source] the summed weights; differentiable in w."""
-    A = torch.zeros(n, n, dtype=w.dtype).index_put((edge_index[1].long(), edge_index[0].long()), w, accumulate=True)
-    A = A + torch.eye(n, dtype=w.dtype)
+    """D^-1/2 Â D^-1/2, Â[target, source] the summed weights with PyG's remaining self loops
+    (an explicit loop kept once, the last listed weight; 1 elsewhere); differentiable in w."""
+    tgt, src = edge_index[1].long(), edge_index[0].long()
+    loop = tgt == src
+    A = torch.zeros(n, n, dtype=w.dtype).index_put((tgt[~loop], src[~loop]), w[~loop], accumulate=True)
+    diag = torch.ones(n, dtype=w.dtype)
+    for e in torch.nonzero(loop).flatten().tolist():
+        diag = diag.index_put((tgt[e:e + 1],), w[e:e + 1])
+    A = A + torch.diag(diag)
     d = A.sum(1).rsqrt()
     return d[:, None] * A * d[None, :]
 
 
-def _make_gcn_norm(spec: Spec) -> Case:
-    """sparse_mm(gcn_norm(edge_index, n, edge_weight), B) (no n x n matrix, however many nodes)."""
+def _make_gcn_adjacency(spec: Spec) -> Case:
+    """sparse_mm(gcn_adjacency(edge_index, n, edge_weight), B) (no n x n matrix, however many nodes)."""
     gen = seeded("gcn_norm", spec)
     ei = _edge_index(spec, gen)
     w = torch.rand(spec.nnz, generator=gen, dtype=spec.dtype) + 0.5
     B = dense_operand((spec.n, spec.p), spec.dtype, gen, spec.bmode)
     import torchsparsegradutils.nn as tnn
     return Case({"edge_weight": w, "B": B}, (ei,),
-                lambda w, B: tsgu.sparse_mm(tnn.gcn_norm(ei, spec.n, edge_weight=w, dtype=w.dtype), B),
+                lambda w, B: tsgu.sparse_mm(tnn.gcn_adjacency(ei, spec.n, edge_weight=w, dtype=w.dtype), B),
                 lambda w, B: dense_gcn_adjacency(ei, spec.n, w) @ B)
 
 
@@ -899,6 +905,28 @@ def _make_gcn_conv(spec: Spec) -> Case:
         return dense_gcn_adjacency(ei, spec.n, torch.ones(spec.nnz, dtype=x.dtype)) @ (x @ W.t()) + b
     return Case(leaves, (ei,),
                 lambda x, W, b: torch.func.functional_call(conv, {"lin.weight": W, "bias": b}, (x, ei)), ref)
+
+
+def _make_gin_conv(spec: Spec) -> Case:
+    """GINConv(Linear(m -> p), train_eps=True) on spec.n nodes, x, the Linear's weight and
+    bias and eps the test's leaves (an edge listed twice sums twice, a self loop is one
+    more term)."""
+    gen = seeded("GINConv", spec)
+    ei = _edge_index(spec, gen)
+    import torchsparsegradutils.nn as tnn
+    conv = tnn.GINConv(torch.nn.Linear(spec.m, spec.p), train_eps=True).to(spec.dtype)
+    leaves = {"x": dense_operand((spec.n, spec.m), spec.dtype, gen, spec.bmode),
+              "weight": torch.randn(spec.p, spec.m, generator=gen, dtype=spec.dtype),
+              "bias": torch.randn(spec.p, generator=gen, dtype=spec.dtype),
+              "eps": torch.rand(1, generator=gen, dtype=spec.dtype)}
+
+    def ref(x, W, b, eps):
+        A = torch.zeros(spec.n, spec.n, dtype=x.dtype).index_put(
+            (ei[1].long(), ei[0].long()), torch.ones(spec.nnz, dtype=x.dtype), accumulate=True)
+        return ((1 + eps) * x + A @ x) @ W.t() + b
+    return Case(leaves, (ei,),
+                lambda x, W, b, eps: torch.func.functional_call(conv, {"nn.weight": W, "nn.bias": b, "eps": eps},
+                                                                (x, ei)), ref)
 
 
 SAGE_AGGRS = ("mean", "max", "sum")
@@ -1426,12 +1454,16 @@ OPS = [
        malformed_call="tsgu.nn.SparseLinear(A.shape[-1], A.shape[-2], pattern=A)", malformed_match="",
        large=Spec(n=600, m=700, p=64, nnz=30000, dtype=torch.float32, itype=torch.int32), sparse_input=False,
        own_kernels=False),
-    Op("nn.gcn_norm", _make_gcn_norm, layouts=("dense",), batched=False, must_raise=(),
-       malformed=_gcn_malformed("tsgu.nn.gcn_norm(e, 3)"), malformed_match="", dtype_error=None,
+    Op("nn.gcn_adjacency", _make_gcn_adjacency, layouts=("dense",), batched=False, must_raise=(),
+       malformed=_gcn_malformed("tsgu.nn.gcn_adjacency(e, 3)"), malformed_match="", dtype_error=None,
        large=Spec(n=20000, nnz=400000), sparse_input=False, own_kernels=False),
     Op("nn.GCNConv", _make_gcn_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
        malformed=_gcn_malformed("tsgu.nn.GCNConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None,
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+    Op("nn.GINConv", _make_gin_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
+       malformed=_gcn_malformed("tsgu.nn.GINConv(torch.nn.Linear(2, 2))(torch.randn(3, 2), e)"),
+       malformed_match="", dtype_error=None,
        large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
     # SAGEConv with aggr "mean", "max", "sum" (variants 0-2)
     Op("nn.SAGEConv", _make_sage_conv, layouts=("dense",), batched=False, must_raise=("x",),
@@ -1533,8 +1565,9 @@ HYPERSPARSE = {
     "SparseCSR": CSR_ROWS,
     "SparseCSR.to_torch": CSR_ROWS,
     "nn.SparseLinear": DENSE_ROWS,
-    "nn.gcn_norm": "its output is a degree per node, dense: O(nodes) by contract",
+    "nn.gcn_adjacency": "its output is a degree per node, dense: O(nodes) by contract",
     "nn.GCNConv": DENSE_ROWS,
+    "nn.GINConv": DENSE_ROWS,
     "nn.SAGEConv": DENSE_ROWS,
     "graph_attention": DENSE_ROWS,
     "nn.GATConv": DENSE_ROWS,
