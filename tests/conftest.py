@@ -325,6 +325,10 @@ class Op:
     # False: the op runs only kernels that other ops' sweeps run (so the comparison of
     # the portable kernels with the AVX2 ones is theirs)
     own_kernels: bool = True
+    # True: its results also pass through PyTorch's dense matrix products (the layers' linear
+    # maps), whose bits may depend on PyTorch's thread count (MKL on Intel hosts); see
+    # test_hygiene.test_same_bits_for_1_and_2_threads
+    dense_products: bool = False
     # the public object's path, where it is not `name` (two entries for one function)
     function: Optional[str] = None
 
@@ -1460,16 +1464,19 @@ OPS = [
     Op("nn.GCNConv", _make_gcn_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
        malformed=_gcn_malformed("tsgu.nn.GCNConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None,
-       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False,
+       dense_products=True),
     Op("nn.GINConv", _make_gin_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
        malformed=_gcn_malformed("tsgu.nn.GINConv(torch.nn.Linear(2, 2))(torch.randn(3, 2), e)"),
        malformed_match="", dtype_error=None,
-       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False,
+       dense_products=True),
     # SAGEConv with aggr "mean", "max", "sum" (variants 0-2)
     Op("nn.SAGEConv", _make_sage_conv, layouts=("dense",), batched=False, must_raise=("x",),
        malformed=_gcn_malformed("tsgu.nn.SAGEConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None, variants=len(SAGE_AGGRS),
-       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False,
+       dense_products=True),
     # ---- graph attention: the op on a sparse A's pattern (1 or 2 heads, variants 0-1),
     # and GATConv (GAT_VARIANTS)
     Op("graph_attention", _make_graph_attention, batched=False, must_raise=("x", "score_src", "score_dst"),
@@ -1481,7 +1488,8 @@ OPS = [
     Op("nn.GATConv", _make_gat_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
        malformed=_gcn_malformed("tsgu.nn.GATConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None, variants=len(GAT_VARIANTS),
-       large=Spec(n=5000, m=16, p=16, nnz=100000, variant=1), sparse_input=False, own_kernels=False),
+       large=Spec(n=5000, m=16, p=16, nnz=100000, variant=1), sparse_input=False, own_kernels=False,
+       dense_products=True),
     Op("distributions.SparseMultivariateNormal", _make_mvn, layouts=FULL_RANK_LAYOUTS, must_raise=(),
        malformed_call="tsgu.distributions.SparseMultivariateNormal(torch.zeros(A.shape[:-1]), scale_tril=A, "
                       "validate_args=False).log_prob(torch.zeros(A.shape[:-1]))",
