@@ -244,10 +244,11 @@ def test_compiled_sparse_csr_operand(path):
     """torch.compile(fullgraph=True) of sparse_mm on a SparseCSR on the device, with
     backward, gives the eager result."""
     A, B, G, D = on_device(*make_case("csr", True, 30, 40, 17, 200, torch.float32, torch.int64))
-    crow, col = A.crow_indices(), A.col_indices()
+    # the shape read outside f: Dynamo takes no sparse tensor (A) into the compiled function
+    crow, col, shape = A.crow_indices(), A.col_indices(), tuple(A.shape)
 
     def f(w, B):
-        return sparse_mm(SparseCSR(crow, col, w, tuple(A.shape)), B)
+        return sparse_mm(SparseCSR(crow, col, w, shape), B)
 
     results = []
     for fn in (f, torch.compile(f, fullgraph=True)):
