@@ -26,6 +26,10 @@ force_torch_ops = False
 # Tests set this to run the Triton kernels on CPU tensors (under TRITON_INTERPRET=1),
 # for the ops that have one.
 force_triton = False
+# Tests set this to False to send CUDA tensors past the Triton kernels (to torch_ops),
+# as a machine without triton does; with native.cuda_enabled False too, every op on
+# CUDA takes the torch_ops route.
+triton_enabled = True
 _triton = None                 # the triton backend once imported; False: triton is missing
 
 
@@ -33,7 +37,7 @@ def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor, has_triton: bool = F
     """cpu when every tensor is on the CPU (triton there when forced and the op has a
     Triton kernel: has_triton); cuda when every one is on CUDA and our kernels take
     them (has_cuda_kernel: the op has one); else triton where the op has a Triton
-    kernel and triton imports; else torch_ops."""
+    kernel, triton imports and triton_enabled; else torch_ops."""
     if force_torch_ops:
         return torch_ops
     for t in tensors:          # a loop: all() of a generator costs a microsecond more
@@ -45,7 +49,7 @@ def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor, has_triton: bool = F
         return cpu
     if has_cuda_kernel and native.cuda_usable(*tensors):
         return cuda
-    if has_triton and all(t.is_cuda for t in tensors) and _triton_backend():
+    if has_triton and triton_enabled and all(t.is_cuda for t in tensors) and _triton_backend():
         return _triton
     return torch_ops
 
