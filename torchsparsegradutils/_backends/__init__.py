@@ -259,14 +259,14 @@ def csr_transpose(A: CSRView) -> torch.Tensor:
 def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """X = A^{-1} B (or A^{-T} B with transpose) for every batch item of a triangular A;
     B is (n, p) or (b, n, p).  Returns a new tensor."""
-    return _backend(False, A.values, B).trisolve(A, B, upper, unitriangular, transpose)
+    return _backend(False, A.values, B, has_triton=True).trisolve(A, B, upper, unitriangular, transpose)
 
 
 def trisolve_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor,
                     upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """trisolve of CSR arrays of an A of shape `shape`, taken as they are, where no
     graph is recorded: on the cpu route straight to the kernel."""
-    if _backend(False, values, B) is cpu:
+    if _backend(False, values, B, has_triton=True) is cpu:
         return cpu.trisolve_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
                                    shape[0] if len(shape) == 3 else 1, shape[-1], B, upper, unitriangular,
                                    transpose)
