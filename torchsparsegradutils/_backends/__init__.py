@@ -116,7 +116,8 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
 # multiplied through those rows alone, times B's items as one block diagonal: then ptr
 # holds the kept rows' pointers (len(A.rows)+1,), index is C's COO index array (coo is
 # implied: such an A is COO, and so is C), and a sparse G is a view on A's kept rows
-# (intake.on_rows).  No CUDA kernel of ours.
+# (intake.on_rows).  No CUDA C kernel of ours: on CUDA the triton route's forward is
+# PyTorch's CSR @ CSR (cuSPARSE), its backward our Triton kernels.
 def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     """(ptr, index, values) of C = A @ B for every batch item."""
     if A.rows is not None:
@@ -127,7 +128,7 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
             k = row // n
             return ptr, torch.stack([k, row - k * n, col - k * p]), values
         return ptr, torch.stack([row, col]), values
-    return _backend(False, A.values, B.values).spgemm(A, B, coo)
+    return _backend(False, A.values, B.values, has_triton=True).spgemm(A, B, coo)
 
 
 def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
@@ -138,7 +139,8 @@ def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
             G = _dense_on_rows(G, A.rows, A.shape[-2])
         ga, gb = spgemm_grad(A._replace(rows=None), _block_diagonal(B), G, need_a, need_b)
         return ga, None if gb is None else gb.reshape(B.col.shape)
-    return _backend(False, A.values, B.values, _grad_values(G)).spgemm_grad(A, B, G, need_a, need_b)
+    return _backend(False, A.values, B.values, _grad_values(G), has_triton=True).spgemm_grad(A, B, G, need_a,
+                                                                                              need_b)
 
 
 def _block_diagonal(B: CSRView) -> CSRView:

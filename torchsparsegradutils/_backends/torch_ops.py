@@ -203,6 +203,32 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     return ptr, cols, values.to(a.dtype)
 
 
+def spgemm_csr(A: CSRView, B: CSRView, coo: bool = False):
+    """spgemm through PyTorch's CSR @ CSR of the block-diagonal forms (cuSPARSE on CUDA:
+    the forward where it is faster than ours); 16-bit values through spgemm (PyTorch's
+    products take no 16-bit CSR).  Every product's position is an entry, as spgemm's,
+    and each row's columns increase (sorted here where PyTorch's product leaves them
+    unsorted)."""
+    if A.values.dtype in _HALF:
+        return spgemm(A, B, coo)
+    A2, B2 = global_csr(A)[0], global_csr(B)[0]
+    C2 = torch.sparse.mm(A2, B2) if A2.shape[0] and B2.shape[1] else \
+        csr_tensor(torch.zeros(A2.shape[0] + 1, dtype=torch.int64, device=A2.device),
+                   torch.zeros(0, dtype=torch.int64, device=A2.device), A2.values()[:0], (A2.shape[0], B2.shape[1]))
+    ptr, col, values = C2.crow_indices().long(), C2.col_indices().long(), C2.values()
+    n, m = A.nrows, B.ncols
+    rows = entry_rows(ptr)
+    key = rows * B2.shape[1] + col
+    if key.numel() > 1 and bool((key[1:] <= key[:-1]).any()):     # PyTorch's CPU product leaves rows unsorted
+        order = torch.argsort(key)
+        col, values = col.index_select(0, order), values.index_select(0, order)
+    k = rows // n if n else rows
+    col = col - k * m
+    if coo:
+        col = torch.stack([k, rows - k * n, col] if len(A.shape) == 3 else [rows, col])
+    return ptr, col, values
+
+
 def _grad_at(G, row: torch.Tensor, col: torch.Tensor, m: int) -> torch.Tensor:
     """G[row, col] for a dense G ((b, n, m) or (n, m)) or a CSRView (zero where it stores none)."""
     if not isinstance(G, CSRView):
