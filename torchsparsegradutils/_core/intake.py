@@ -21,6 +21,8 @@ policies for telling that a structure is unchanged:
   comparison would).  An in-place edit that bypasses the version counter is not
   seen; the CUDA kernels still clamp every pointer and skip every column out of
   range, so it can give a wrong result but never a read out of bounds.
+A third cache with the CUDA cache's keys, DERIVED (`derived`), keeps what a route
+derives from a checked structure on any device (the Triton solve's levels).
 """
 import threading
 from collections import OrderedDict
