@@ -86,8 +86,8 @@ ROUTES = [("cpu", "kernels"), ("cpu", "torch_ops"), ("cuda", "kernels"), ("cuda"
 
 @pytest.fixture(params=ROUTES, ids=["-".join(r) for r in ROUTES])
 def route(request, monkeypatch):
-    """The correctness grid's device and route: our kernels (C on the CPU, CUDA on the
-    GPU) and PyTorch's ops (what CUDA takes in a build without nvcc; forced on the
+    """The correctness grid's device and route: our kernels (C on the CPU, CUDA and Triton
+    on the GPU) and PyTorch's ops (what CUDA takes in a build without nvcc; forced on the
     CPU).  Returns the device; the CUDA routes skip without a GPU."""
     device, via = request.param
     if device == "cuda":
@@ -96,6 +96,7 @@ def route(request, monkeypatch):
         if via == "kernels" and not tsgu._C.cuda:
             pytest.skip("built without nvcc: no CUDA kernels")
         monkeypatch.setattr(native, "cuda_enabled", via == "kernels")
+        monkeypatch.setattr(_backends, "triton_enabled", via == "kernels")   # torch_ops: no Triton either
     else:
         monkeypatch.setattr(_backends, "force_torch_ops", via == "torch_ops")
     return device

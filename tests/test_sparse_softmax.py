@@ -9,7 +9,7 @@ import torch
 from conftest import SANITIZED, num_threads, run_child
 
 from torchsparsegradutils import (SparseCSR, _backends, sparse_coo_tensor, sparse_csr_tensor, sparse_log_softmax,
-                                  sparse_softmax)
+                                  sparse_mm, sparse_softmax)
 
 HAS_CUDA = torch.cuda.is_available()
 FNS = {"softmax": sparse_softmax, "log_softmax": sparse_log_softmax}
@@ -167,6 +167,28 @@ def test_leaf_sparse_gradient_on_its_pattern(path, kind, layout):
     Dl = D.clone().requires_grad_()
     (masked_reference(Dl, -1, kind) * W * (D != 0)).sum().backward()
     torch.testing.assert_close(dense_of(A.grad), Dl.grad * (D != 0), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("layout", ["coo", "batched_coo", "coo_unflagged"])
+def test_leaf_coo_gradient_is_flagged_coalesced(path, layout):
+    """A COO leaf's gradient comes back flagged coalesced, so A.grad.values() works (PyTorch
+    drops the flag as it stores a gradient: _core.saved.flag_coalesced_grads restores it);
+    on every route, by rows and columns, also after a second backward adds to it."""
+    batched = layout.startswith("batched")
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=8)
+    A = D.to_sparse().coalesce()
+    if layout == "coo_unflagged":        # sorted and unique, not flagged: still A's own pattern
+        A = torch.sparse_coo_tensor(A.indices(), A.values(), A.shape)
+    for kind in FNS:
+        for dim in (-1, -2):
+            leaf = A.detach().requires_grad_()
+            for _ in range(2):
+                FNS[kind](leaf, dim).values().sum().backward()
+                assert leaf.grad.is_coalesced() and torch.equal(leaf.grad.indices(), A._indices()), (kind, dim)
+    leaf = A.detach().requires_grad_()
+    sparse_mm(leaf, torch.ones(*D.shape[:-2], 5, 2, dtype=D.dtype)).sum().backward()
+    assert leaf.grad.is_coalesced()
+    torch.testing.assert_close(leaf.grad.values(), torch.full_like(A._values(), 2.0))
 
 
 @pytest.mark.parametrize("kind", FNS)

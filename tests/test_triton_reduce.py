@@ -154,3 +154,23 @@ def test_triton_missing_the_package_imports_and_routes_without_it():
     """
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize("cuda_kernels", [True, False])
+def test_triton_enabled_switch_routes_cuda_tensors(monkeypatch, cuda_kernels):
+    """_backends.triton_enabled = False sends CUDA tensors of an op with a Triton kernel to
+    torch_ops (so CUDA tests that turn our kernels off cover that route where triton is
+    installed), as a machine without triton does; True sends them to Triton.  Tensor
+    stand-ins on "CUDA": the choice alone, no kernel runs."""
+    pytest.importorskip("triton")
+    from types import SimpleNamespace
+
+    from torchsparsegradutils import _backends
+    from torchsparsegradutils._core import native
+    t = SimpleNamespace(is_cpu=False, is_cuda=True)
+    monkeypatch.setattr(native, "cuda_enabled", cuda_kernels)
+    triton_backend = _backends._triton_backend(required=True)
+    for enabled in (True, False):
+        monkeypatch.setattr(_backends, "triton_enabled", enabled)
+        assert _backends._backend(False, t, t, has_triton=True) is (triton_backend if enabled else _backends.torch_ops)
+        assert _backends._backend(False, t, has_triton=False) is _backends.torch_ops

@@ -82,3 +82,20 @@ def test_triton_softmax_infinities_like_torch(triton_route, log):
     triton_route(True)
     got = (tsgu.sparse_log_softmax if log else tsgu.sparse_softmax)(A, -1)._values()
     torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-12, atol=0)
+
+
+def test_triton_softmax_coo_leaf_gradient_flagged_coalesced(triton_route):
+    """On the Triton route too a COO leaf's gradient comes back flagged coalesced (the
+    CUDA failure of test_sparse_softmax.test_cuda_matches_cpu[coo]): A.grad.values() works
+    and equals the C route's."""
+    gen = seeded("triton_softmax_flag")
+    A = (torch.randn(2, 5, 8, generator=gen, dtype=torch.float64) * (torch.rand(2, 5, 8, generator=gen) < 0.5)
+         ).to_sparse().coalesce()
+    grads = []
+    for on in (False, True):
+        triton_route(on)
+        leaf = A.detach().requires_grad_()
+        (tsgu.sparse_log_softmax(leaf, -1).values() ** 2).sum().backward()
+        assert leaf.grad.is_coalesced()
+        grads.append(leaf.grad.values())
+    torch.testing.assert_close(grads[1], grads[0], **TOL[torch.float64])

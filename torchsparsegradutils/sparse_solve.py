@@ -1,6 +1,8 @@
 """Solves with a sparse A whose gradient w.r.t. A stays sparse.
 
-sparse_triangular_solve: substitution in C (csrc/trisolve.c), forward and backward.
+sparse_triangular_solve: substitution in C (csrc/trisolve.c) on the CPU, level-scheduled
+                         Triton kernels on CUDA (_backends/triton/trisolve.py), forward
+                         and backward.
 sparse_generic_solve:    any iterative solver (default MINRES), backward by the
                          adjoint solve, differentiable again (create_graph=True).
 """

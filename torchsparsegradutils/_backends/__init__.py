@@ -26,6 +26,10 @@ force_torch_ops = False
 # Tests set this to run the Triton kernels on CPU tensors (under TRITON_INTERPRET=1),
 # for the ops that have one.
 force_triton = False
+# Tests set this to False to send CUDA tensors past the Triton kernels (to torch_ops),
+# as a machine without triton does; with native.cuda_enabled False too, every op on
+# CUDA takes the torch_ops route.
+triton_enabled = True
 _triton = None                 # the triton backend once imported; False: triton is missing
 
 
@@ -33,7 +37,7 @@ def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor, has_triton: bool = F
     """cpu when every tensor is on the CPU (triton there when forced and the op has a
     Triton kernel: has_triton); cuda when every one is on CUDA and our kernels take
     them (has_cuda_kernel: the op has one); else triton where the op has a Triton
-    kernel and triton imports; else torch_ops."""
+    kernel, triton imports and triton_enabled; else torch_ops."""
     if force_torch_ops:
         return torch_ops
     for t in tensors:          # a loop: all() of a generator costs a microsecond more
@@ -45,7 +49,7 @@ def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor, has_triton: bool = F
         return cpu
     if has_cuda_kernel and native.cuda_usable(*tensors):
         return cuda
-    if has_triton and all(t.is_cuda for t in tensors) and _triton_backend():
+    if has_triton and triton_enabled and all(t.is_cuda for t in tensors) and _triton_backend():
         return _triton
     return torch_ops
 
@@ -112,7 +116,8 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
 # multiplied through those rows alone, times B's items as one block diagonal: then ptr
 # holds the kept rows' pointers (len(A.rows)+1,), index is C's COO index array (coo is
 # implied: such an A is COO, and so is C), and a sparse G is a view on A's kept rows
-# (intake.on_rows).  No CUDA kernel of ours.
+# (intake.on_rows).  No CUDA C kernel of ours: on CUDA the triton route's forward is
+# PyTorch's CSR @ CSR (cuSPARSE), its backward our Triton kernels.
 def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     """(ptr, index, values) of C = A @ B for every batch item."""
     if A.rows is not None:
@@ -123,7 +128,7 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
             k = row // n
             return ptr, torch.stack([k, row - k * n, col - k * p]), values
         return ptr, torch.stack([row, col]), values
-    return _backend(False, A.values, B.values).spgemm(A, B, coo)
+    return _backend(False, A.values, B.values, has_triton=True).spgemm(A, B, coo)
 
 
 def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
@@ -134,7 +139,8 @@ def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
             G = _dense_on_rows(G, A.rows, A.shape[-2])
         ga, gb = spgemm_grad(A._replace(rows=None), _block_diagonal(B), G, need_a, need_b)
         return ga, None if gb is None else gb.reshape(B.col.shape)
-    return _backend(False, A.values, B.values, _grad_values(G)).spgemm_grad(A, B, G, need_a, need_b)
+    return _backend(False, A.values, B.values, _grad_values(G), has_triton=True).spgemm_grad(A, B, G, need_a,
+                                                                                              need_b)
 
 
 def _block_diagonal(B: CSRView) -> CSRView:
@@ -255,14 +261,14 @@ def csr_transpose(A: CSRView) -> torch.Tensor:
 def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """X = A^{-1} B (or A^{-T} B with transpose) for every batch item of a triangular A;
     B is (n, p) or (b, n, p).  Returns a new tensor."""
-    return _backend(False, A.values, B).trisolve(A, B, upper, unitriangular, transpose)
+    return _backend(False, A.values, B, has_triton=True).trisolve(A, B, upper, unitriangular, transpose)
 
 
 def trisolve_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor,
                     upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """trisolve of CSR arrays of an A of shape `shape`, taken as they are, where no
     graph is recorded: on the cpu route straight to the kernel."""
-    if _backend(False, values, B) is cpu:
+    if _backend(False, values, B, has_triton=True) is cpu:
         return cpu.trisolve_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
                                    shape[0] if len(shape) == 3 else 1, shape[-1], B, upper, unitriangular,
                                    transpose)

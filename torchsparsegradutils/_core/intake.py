@@ -21,6 +21,8 @@ policies for telling that a structure is unchanged:
   comparison would).  An in-place edit that bypasses the version counter is not
   seen; the CUDA kernels still clamp every pointer and skip every column out of
   range, so it can give a wrong result but never a read out of bounds.
+A third cache with the CUDA cache's keys, DERIVED (`derived`), keeps what a route
+derives from a checked structure on any device (the Triton solve's levels).
 """
 import threading
 from collections import OrderedDict
@@ -336,6 +338,23 @@ def _sort_structure(indices: torch.Tensor, sizes, keep_source: bool) -> CooStruc
 
 # CUDA: every checked structure
 CUDA_STRUCTURES = _Cache(16)
+
+# What a route derives from a checked structure and keeps (the Triton solve's levels),
+# on any device: keyed as the CUDA cache keys, by the view's index arrays
+DERIVED = _Cache(16)
+
+
+def derived(A: CSRView, what: tuple, build):
+    """build() for the structure of the view A (its COO indices, or its CSR arrays) and
+    `what` (a key of hashables), built once per structure and kept in DERIVED: a hit
+    reads no element (see the module's docstring on the CUDA cache's key)."""
+    arrays = (A.coo_indices,) if A.coo_indices is not None else (A.ptr, A.col)
+    key = ("derived", A.batch, A.nrows, A.ncols) + tuple(what) + _cuda_key(*arrays)
+    value = DERIVED.lookup(key)
+    if value is None:
+        value = build()
+        DERIVED.remember(key, arrays, value)
+    return value
 
 # In the CUDA products, rows with more entries than this are split into pieces
 # of this many (a plan, csrc/cuda/tsgu_cuda.h), so that one long row does not
