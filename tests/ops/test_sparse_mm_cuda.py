@@ -6,7 +6,7 @@ memory, streams, and same bits across runs.  Every test skips without a CUDA dev
 The references are test_sparse_mm's, moved to the device."""
 import pytest
 import torch
-from test_sparse_mm import TOL, check_against_dense, grads_of, make_case
+from support.mm import TOL, check_against_dense, grads_of, make_case
 
 from torchsparsegradutils import SparseCSR, _C, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core import native
