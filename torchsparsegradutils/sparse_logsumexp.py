@@ -18,8 +18,9 @@ from torch import Tensor
 
 from . import _backends, _ops
 from ._core.intake import as_csr, check_coo
-from ._core.saved import load_operand, none_for_undefined, save_operand
+from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import constant_dim, eager_only, refuse_create_graph
 from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
 

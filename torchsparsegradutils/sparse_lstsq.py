@@ -5,7 +5,8 @@ import torch
 
 from . import _backends
 from ._core.intake import as_csr
-from ._core.saved import load_operand, none_for_undefined, save_operand
+from ._core.saved import load_operand, save_operand
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import check_system, eager_only, refuse_create_graph
 from .sparse_matmul import sparse_mm
 from .sparse_solve import solver_result

@@ -3,9 +3,10 @@ import torch
 
 from . import _backends, _ops
 from ._core.intake import as_csr, on_rows
-from ._core.saved import load_operand, load_operands, none_for_undefined, save_operand, save_operands
+from ._core.saved import load_operand, load_operands, save_operand, save_operands
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor, csr_tensor
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import (MM_DTYPES, check_operands, check_reduce, check_sparse_operands, eager_only,
                              error, records_graph, refuse_create_graph)
 from ._core.view import CSRView, coo_from_values, csr_from_values, view_of

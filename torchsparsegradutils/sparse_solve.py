@@ -13,9 +13,10 @@ import torch
 
 from . import _backends, _ops
 from ._core.intake import as_csr
-from ._core.saved import load_operand, none_for_undefined, save_operand
+from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import check_operands, check_system, eager_only, error, records_graph, refuse_create_graph
 from .utils.minres import minres
 

@@ -3,10 +3,8 @@
 `save_operand` / `load_operand` keep a view (and whatever else a Function needs)
 across forward and backward so that in-place edits of A's values are caught or
 cannot matter; `save_operands` / `load_operands` do the same for several sparse
-operands (sparse @ sparse).  `none_for_undefined` is how such a backward takes an
-undefined output gradient.
+operands (sparse @ sparse).
 """
-import functools
 import weakref
 from typing import Optional
 
@@ -14,20 +12,6 @@ import torch
 
 from .torch_sparse import csr_tensor
 from .view import CSRView
-
-
-def none_for_undefined(backward):
-    """A Function's backward, given an undefined output gradient (None: its forward
-    called ctx.set_materialize_grads(False)), returns None for every input, as
-    PyTorch's own ops do, instead of zeros on A's pattern: a sparse zero that
-    autograd.gradcheck's undefined-gradient check cannot compare (eq is not defined
-    for sparse layouts), computed for nothing."""
-    @functools.wraps(backward)
-    def run(ctx, G):
-        if G is None:
-            return (None,) * len(ctx.needs_input_grad)
-        return backward(ctx, G)
-    return run
 
 
 def save_operand(ctx, A: torch.Tensor, view: CSRView, need_values: bool, *tensors) -> None:

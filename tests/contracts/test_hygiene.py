@@ -268,8 +268,9 @@ def test_portable_kernels_agree(op, dtype, tmp_path):
     here) give the AVX2 kernels' results within the op's tolerance, on op.large."""
     op.fn()
     path = str(tmp_path / "portable.pt")
-    r = run_child(_PORTABLE_CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)), name=op.name,
-                                         dtype=dtype, path=path), env={"TSGU_PORTABLE": "1"})
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))       # where conftest.py is
+    r = run_child(_PORTABLE_CHILD.format(tests=tests, name=op.name, dtype=dtype, path=path),
+                  env={"TSGU_PORTABLE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     out_p, grads_p = torch.load(path)
     out, grads = run_case(op.make(replace(op.large, dtype=getattr(torch, dtype))))

@@ -7,7 +7,7 @@ across runs.  Every test skips without a CUDA device.
 The references are test_sparse_mm's, moved to the device."""
 import pytest
 import torch
-from test_sparse_mm import TOL, check_against_dense, grads_of, make_case
+from support.mm import TOL, check_against_dense, grads_of, make_case
 
 from torchsparsegradutils import SparseCSR, _backends, _C, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core import native
