@@ -8,8 +8,8 @@ hypersparse COO (kept rows), a hub row and column longer than a block, 16-bit va
 triton (conftest's triton_route); `pytest -k triton` selects them."""
 import pytest
 import torch
-from conftest import both_routes, seeded, shared_pattern_dense
-from test_sparse_mm_sparse import operand, pattern_product
+from conftest import seeded, shared_pattern_dense
+from support.spgemm import operand, pattern_product
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import SparseCSR
