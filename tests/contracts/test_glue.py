@@ -185,14 +185,15 @@ def test_coo_row_pointers_for_any_thread_count(batched):
     from torchsparsegradutils import _C
     g = torch.Generator().manual_seed(11)
     sizes = (3, 4000, 500) if batched else (12000, 500)
-    nnz = 700_000                                   # > 2 * 2**18: two threads take a chunk each
+    nnz = 700_000                                   # > 2 * 2**18 (after repeats dropped): two threads take a chunk each
     b, n, m = (sizes if batched else (1,) + sizes)
     rows = torch.randint(1, n - 1, (nnz,), generator=g)          # rows 0 and n-1 stay empty
     items = torch.randint(0, b, (nnz,), generator=g)
-    key = items * n + rows
-    order = torch.sort(key, stable=True).indices
-    idx = [items[order], rows[order]] if batched else [rows[order]]
-    idx = torch.stack(idx + [torch.randint(0, m, (nnz,), generator=g)]).contiguous()
+    cols = torch.randint(0, m, (nnz,), generator=g)
+    entry = torch.unique((items * n + rows) * m + cols)            # sorted by (row, col), no repeats
+    nnz, key = entry.numel(), entry // m                           # (the pass requires a coalesced order)
+    idx = [key // n, key % n] if batched else [key]
+    idx = torch.stack(idx + [entry % m]).contiguous()
     expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(key, minlength=b * n).cumsum(0)])
     strided = torch.cat([idx, idx], 1)[:, :nnz]      # rows further apart than nnz, as after coalesce()
     assert not strided.is_contiguous()
