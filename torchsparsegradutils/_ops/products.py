@@ -58,8 +58,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from . import _backends
-from ._core.view import CSRView, check_arrays, kernel_array, op_args, view_of
+from .. import _backends
+from .._core.view import CSRView, check_arrays, kernel_array, op_args, view_of
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
