@@ -7,7 +7,7 @@ csrc/gat_grad_scores.c (the gradient back through the sum, the softmax and Leaky
 row by row) and csrc/gat_grad_src.c (the sums over each source node, without atomics),
 called through _backends.gat / gat_grad; other devices take the same steps through
 PyTorch gathers and index_add (with (nnz, H, F) temporaries).  Everything goes through
-the custom operator tsgu::gat (_ops.py), which torch.compile traces on a SparseCSR.
+the custom operator tsgu::gat (_ops/gat.py), which torch.compile traces on a SparseCSR.
 """
 from typing import Tuple, Union
 

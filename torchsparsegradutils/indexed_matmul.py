@@ -9,7 +9,7 @@ walks the groups: csrc/grouped_mm.c for the forward product and grad_a
 relation, without atomics and without an N x D1 x D2 temporary).  Other
 devices (CUDA) take the same grouping through PyTorch ops.  The kernels are
 the custom operators tsgu::group_rows, tsgu::grouped_mm and tsgu::grouped_mm_tn
-(_ops.py), so both functions compile with torch.compile(fullgraph=True).
+(_ops/grouped.py), so both functions compile with torch.compile(fullgraph=True).
 """
 import re
 

@@ -10,7 +10,7 @@ gradients are the sparse products of the pattern holding G = dL/d(result values)
 ``grad_X = alpha * G @ Y^T`` (spmm) and ``grad_Y = alpha * X^T @ G`` (spmm_t, as
 ``(G^T @ X)^T``), and ``grad_A = beta * G`` at the pattern: no dense n x m and no
 nnz x k temporary.  A SparseCSR goes through the custom operator tsgu::sddmm
-(_ops.py), which torch.compile traces and which is differentiable to any order;
+(_ops/products.py), which torch.compile traces and which is differentiable to any order;
 a torch sparse tensor through the autograd Function SampledAddmm, run eagerly.
 """
 from numbers import Real

@@ -8,7 +8,7 @@ no transpose, no atomics) and csrc/lse_grad.c (the values gradient
 ``G[group] * exp(v - lse[group])`` written straight into place), called through
 _backends.lse / lse_grad.  Other devices (CUDA) take the same steps through PyTorch
 scatter ops.  A SparseCSR input goes through the custom operators tsgu::lse and
-tsgu::lse_grad (_ops.py), which torch.compile traces; a torch sparse tensor through
+tsgu::lse_grad (_ops/lse.py), which torch.compile traces; a torch sparse tensor through
 the autograd Function SparseLogSumExp, run eagerly.
 """
 from typing import Literal, Sequence, Union

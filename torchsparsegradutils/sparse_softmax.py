@@ -8,7 +8,7 @@ csrc/softmax_grad.c (``y * (g - sum g*y)``, or ``g - exp(y) * sum g`` for the lo
 called through _backends.softmax / softmax_grad; columns go through the pattern of the
 transpose (csrc/csr_transpose.c).  Other devices take the same steps through PyTorch
 scatter ops.  A SparseCSR input goes through the custom operators tsgu::softmax and
-tsgu::softmax_grad (_ops.py), which torch.compile traces and which are differentiable
+tsgu::softmax_grad (_ops/softmax.py), which torch.compile traces and which are differentiable
 to any order; a torch sparse tensor through the autograd Function SparseSoftmax, run
 eagerly.
 """

@@ -15,6 +15,7 @@ from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor
 from ._core.validate import check_operands, check_system, eager_only, error, records_graph, refuse_create_graph
+from ._core.view import op_args
 from .utils.minres import minres
 
 
@@ -120,7 +121,7 @@ class SparseTriangularSolve(torch.autograd.Function):
         view, _, (X,) = load_operand(ctx)
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
             return None, None, None, None, None
-        g, grad_B = _ops.trisolve_backward(_ops.op_args(view), view.values, X, G, ctx.flags,
+        g, grad_B = _ops.trisolve_backward(op_args(view), view.values, X, G, ctx.flags,
                                            ctx.needs_input_grad[0])
         grad_A = view.grad_like(g) if g is not None else None
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None
