@@ -14,11 +14,12 @@ from typing import Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only
 from ._core.view import CSRView, check_arrays
+from ._ops.gat import gat
 
 __all__ = ["graph_attention"]
 
@@ -93,7 +94,7 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
         view = CSRView(adjacency.crow_indices, adjacency.col_indices, None, 1, *adjacency.size, adjacency.shape)
     else:
         view = _pattern(adjacency)
-    out, alpha = _ops.gat(view, x, score_src, score_dst, seed, drop, scale, float(negative_slope))
+    out, alpha = gat(view, x, score_src, score_dst, seed, drop, scale, float(negative_slope))
     if not return_attention:
         return out
     if drop:

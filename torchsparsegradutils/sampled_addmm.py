@@ -19,12 +19,13 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only, refuse_create_graph
 from ._core.view import CSRView, check_arrays, kernel_array
+from ._ops.products import sddmm
 
 __all__ = ["sampled_addmm"]
 
@@ -87,7 +88,7 @@ def sampled_addmm(A: Union[Tensor, SparseCSR], X: Tensor, Y: Tensor, beta: float
         view = A.view()
         if heads:
             return A._replace(values=_multi_head(view, A.values, X, Y, beta, alpha))
-        return A._replace(values=_combine(A.values, _ops.sddmm(view, X, Y.mT), beta, alpha))
+        return A._replace(values=_combine(A.values, sddmm(view, X, Y.mT), beta, alpha))
     return _sampled_addmm_eager(A, X, Y, beta, alpha)
 
 
@@ -107,7 +108,7 @@ def _multi_head(view: CSRView, a: Tensor, X: Tensor, Y: Tensor, beta, alpha) -> 
     heads = CSRView(view.ptr.unsqueeze(0).expand(H, -1).contiguous(),
                     view.col.unsqueeze(0).expand(H, -1).contiguous(), None, H, view.nrows, view.ncols,
                     torch.Size((H, view.nrows, view.ncols)))
-    p = _ops.sddmm(heads, X, Y.mT).reshape(H, nnz).t()
+    p = sddmm(heads, X, Y.mT).reshape(H, nnz).t()
     return _combine(a, p, beta, alpha)
 
 

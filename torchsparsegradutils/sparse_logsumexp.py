@@ -16,12 +16,13 @@ from typing import Literal, Sequence, Union
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import constant_dim, eager_only, refuse_create_graph
 from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
+from ._ops.lse import lse
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
 
@@ -180,7 +181,7 @@ def _reduce(input, mode: str, include_zeros: bool) -> Tensor:
     """The log-sum-exp with a batch axis (shapes: _backends.lse_shape): a SparseCSR
     through the custom op (traced by torch.compile), a torch sparse tensor eagerly."""
     if isinstance(input, SparseCSR):
-        return _ops.lse(input.view(), input.values, mode, include_zeros)
+        return lse(input.view(), input.values, mode, include_zeros)
     return SparseLogSumExp.apply(input, mode, include_zeros)
 
 

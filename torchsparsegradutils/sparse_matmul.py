@@ -1,7 +1,7 @@
 """sparse_mm: sparse A times dense or sparse B, with gradients that stay sparse."""
 import torch
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr, on_rows
 from ._core.saved import load_operand, load_operands, save_operand, save_operands
 from ._core.sparse_csr import SparseCSR
@@ -9,6 +9,9 @@ from ._core.torch_sparse import coo_tensor, csr_tensor
 from ._core.validate import (MM_DTYPES, check_operands, check_reduce, check_sparse_operands, eager_only,
                              error, records_graph, refuse_create_graph)
 from ._core.view import CSRView, coo_from_values, csr_from_values, view_of
+from ._ops.arg import sddmm_arg, spmm_arg, spmm_t_arg
+from ._ops.products import sddmm, spmm, spmm_t
+from ._ops.spgemm import spgemm
 
 
 def sparse_mm(A, B, reduce: str = "sum"):
@@ -105,7 +108,7 @@ def sparse_mm(A, B, reduce: str = "sum"):
     shape = _check(A, B)
     values = A.values
     if torch.compiler.is_compiling() or records_graph(values, B):
-        return _ops.spmm(A.view(), values, B)
+        return spmm(A.view(), values, B)
     # what the custom operator runs, without its dispatch (nothing to trace or record)
     return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B)
 
@@ -128,8 +131,8 @@ def _sparse_mm_reduce(A, B: torch.Tensor, reduce: str) -> torch.Tensor:
     values = A.values
     if torch.compiler.is_compiling() or records_graph(values, B):
         if reduce == "mean":
-            return _ops.spmm(A.view(), values, B, mean=True)
-        return _ops.spmm_arg(A.view(), values, B, reduce == "amin")[0]
+            return spmm(A.view(), values, B, mean=True)
+        return spmm_arg(A.view(), values, B, reduce == "amin")[0]
     return _reduce(view_of(A.crow_indices, A.col_indices, values, None, shape), B, reduce)
 
 
@@ -184,11 +187,11 @@ class SparseMatMul(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
             values = _values_of(A, view.values) if need_B else None
             if arg is not None:
-                grad_A = view.grad_like(_ops.sddmm_arg(view, arg, G, B)) if need_A else None
-                grad_B = _ops.spmm_t_arg(view, values, arg, G) if need_B else None
+                grad_A = view.grad_like(sddmm_arg(view, arg, G, B)) if need_A else None
+                grad_B = spmm_t_arg(view, values, arg, G) if need_B else None
             else:
-                grad_A = view.grad_like(_ops.sddmm(view, G, B, ctx.mean)) if need_A else None
-                grad_B = _ops.spmm_t(view, values, G, ctx.mean) if need_B else None
+                grad_A = view.grad_like(sddmm(view, G, B, ctx.mean)) if need_A else None
+                grad_B = spmm_t(view, values, G, ctx.mean) if need_B else None
         elif arg is not None:
             grad_A = view.grad_like(_backends.sddmm_arg(view, arg, G, B)) if need_A else None
             grad_B = _backends.spmm_t_arg(view, arg, G) if need_B else None
@@ -207,7 +210,7 @@ def _sparse_sparse_mm(A, B):
     shape = torch.Size([*a_shape[:-1], b_shape[-1]])
     if isinstance(A, SparseCSR) or isinstance(B, SparseCSR):
         (a, a_values), (b, b_values) = _components(A), _components(B)
-        ptr, col, values = _ops.spgemm(a, a_values, b, b_values)
+        ptr, col, values = spgemm(a, a_values, b, b_values)
         return _product(SparseCSR, ptr, col, values, shape)
     return _sparse_sparse_torch(A, B, shape)
 

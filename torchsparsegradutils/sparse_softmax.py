@@ -17,13 +17,14 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import (HALF_DTYPES, SUPPORTED_DTYPES, constant_dim, dtype_names, eager_only,
                              refuse_create_graph)
 from ._core.view import check_arrays
+from ._ops.softmax import softmax
 
 __all__ = ["sparse_softmax", "sparse_log_softmax"]
 
@@ -102,7 +103,7 @@ def sparse_log_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tens
 def _softmax(A, dim, log: bool, name: str):
     by_rows = _check(A, dim, name)
     if isinstance(A, SparseCSR):
-        y = _ops.softmax(A.view(), A.values, by_rows, log)
+        y = softmax(A.view(), A.values, by_rows, log)
         return A._replace(values=y)
     return _softmax_eager(A, by_rows, log)
 
