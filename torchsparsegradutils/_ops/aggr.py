@@ -20,7 +20,7 @@ from torch import Tensor
 
 from .. import _backends
 from .._core.sparse_csr import SparseCSR
-from .._core.validate import MM_DTYPES, check_operands
+from .._core.validate import check_mm
 from .._core.view import entry_rows, view_of
 
 _BLOCK = 1 << 20        # products per block of rows in the backward (more where one row has more)
@@ -36,9 +36,7 @@ def max_aggregation(A: SparseCSR, x: Tensor, messages: Optional[Tensor] = None) 
 def _max_aggregation(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, messages: Optional[Tensor],
                      x: Tensor) -> Tensor:
     """sparse_mm(A, x, "amax") for the layers' A (2-D SparseCSR) and x (2-D), its checks included."""
-    a_shape, x_shape = check_operands(SparseCSR(ptr, col, a, tuple(shape)), x, "sparse_mm", MM_DTYPES)
-    if a_shape[-1] != x_shape[-2]:
-        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {x_shape[-2]}]")
+    check_mm(SparseCSR(ptr, col, a, tuple(shape)), x)
     return _backends.spmm_arg(view_of(ptr, col, a, None, shape), x, False, need_arg=False)[0]
 
 
