@@ -22,9 +22,8 @@ give.  The fake implementations check the pattern's arrays as the real ones do
 only dense tensors: Dynamo cannot take torch sparse tensors, so a compiled program
 passes the components (see SparseCSR).
 
-Importing this package (or any family module) registers every op.  Each family's
-wrappers (taking a CSRView) are re-exported here; the public modules import them from
-their family module.
+Importing this package (or any family module) registers every op.  The wrappers (on a
+CSRView) are re-exported here; the public modules import them from their family module.
 """
 from . import aggr
 from .arg import sddmm_arg, spmm_arg, spmm_t_arg
