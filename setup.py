@@ -2,7 +2,7 @@
 
 It needs only a C compiler and the Python headers: no libtorch, no pybind11.
 The module uses CPython's limited API, so one build serves Python >= 3.9 and,
-since tensors arrive through DLPack, any PyTorch 2.x.
+since tensors arrive through DLPack, any PyTorch the package supports (2.4 on).
 
 Where `nvcc` is found (on the PATH, or under $CUDA_HOME), the CUDA kernels of
 csrc/cuda/ are compiled into the same module, with the CUDA runtime linked

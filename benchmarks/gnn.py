@@ -164,7 +164,7 @@ def planetoid_case(model: str, name: str, path: str, seeds: int, epochs: int) ->
     n, f = x.size
     classes = int(y.max()) + 1
     hyper = HYPER[model]
-    inputs = {"ours": (x, tnn.gcn_norm(ei, n) if model == "GCN" else ei), "pyg": (x.to_torch().to_dense(), ei)}
+    inputs = {"ours": (x, tnn.gcn_adjacency(ei, n) if model == "GCN" else ei), "pyg": (x.to_torch().to_dense(), ei)}
     rec = {"model": model, "dataset": name, "nodes": n, "edges": ei.shape[1], "features": f,
            "feature_density": x.values.numel() / (n * f), "seeds": seeds, "epochs": epochs}
     libs = ["ours"] + (["pyg"] if pyg() else [])

@@ -2,8 +2,10 @@
  *     idx: sparse_dims rows of nnz, (row, col) or (batch, row, col), row d at
  *          idx + d*ld (ld >= nnz: a view into a larger buffer is fine), sizes[d] each
  * Every index must lie in [0, sizes[d]).  With ptr given (b*n+1 entries), the
- * entries must be sorted by global row r = batch*n + row, as a coalesced
- * tensor's are, and
+ * entries must be strictly increasing in (global row r = batch*n + row, col), as
+ * a coalesced tensor's are (a row out of order: TSGU_EIDX_ORDER; a column out of
+ * order or repeated within a row: TSGU_ECOL_ORDER, so that no kernel need check
+ * the columns again), and
  *     ptr[r] = first entry whose global row is >= r   (nnz if none)
  * which is the global-layout row pointer array of tsgu_csr.  One pass, split
  * over threads by entries: the boundary of row r is written by the thread
@@ -64,6 +66,7 @@ static int coo_task(void *vctx, int64_t t)
         int64_t r = b * n + i;
         if (!ptr || !sorted) continue;                       /* ranges only */
         if (r < prev && !probe) return TSGU_EIDX_ORDER;
+        if (r == prev && j <= prevj && !probe) return TSGU_ECOL_ORDER;
         if (probe && (r < prev || (r == prev && j <= prevj))) {
             sorted = 0;                                      /* stop filling ptr */
             continue;

@@ -90,9 +90,10 @@ PyObject *py_cuda_csr_check(PyObject *self, PyObject *args)
 }
 
 /* ---- cuda_coo_check(indices, sizes, coalesced, flag, stream) -> int ----
- * raises a ValueError for an index out of range, or for entries not sorted by
- * row when flagged coalesced; else returns the order bits TSGU_COO_ROWS |
- * TSGU_COO_UNIQUE that the entries break (0: coalesced order); waits for the device */
+ * raises a ValueError for an index out of range, or for entries not strictly
+ * increasing in (row, col) when flagged coalesced (as coo_row_ptr.c); else
+ * returns the order bits TSGU_COO_ROWS | TSGU_COO_UNIQUE that the entries break
+ * (0: coalesced order); waits for the device */
 PyObject *py_cuda_coo_check(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -114,6 +115,7 @@ PyObject *py_cuda_coo_check(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     if (status == TSGU_OK && (bits & TSGU_COO_RANGE)) status = TSGU_EIDX_RANGE;
     if (status == TSGU_OK && coalesced && (bits & TSGU_COO_ROWS)) status = TSGU_EIDX_ORDER;
+    if (status == TSGU_OK && coalesced && (bits & TSGU_COO_UNIQUE)) status = TSGU_ECOL_ORDER;
     PyObject *done = finish_cuda(&c, status, "coo_check");
     if (!done) return NULL;
     Py_DECREF(done);

@@ -1,8 +1,8 @@
 #ifndef TSGU_IN_TEMPLATE
 /* softmax_rows.c: softmax, or log-softmax, over the stored entries of every row
  * of a sparse matrix (each item of a batch), for each of H heads
- *     y_eh = exp(v_eh - L_rh)        (log: y_eh = v_eh - L_rh)
- *     L_rh = log sum_{f in row r} exp(v_fh)
+ *     y_eh = exp(v_eh - M_rh) / S_rh        (log: y_eh = (v_eh - M_rh) - log S_rh)
+ *     M_rh = max_{f in row r} v_fh,  S_rh = sum_{f in row r} exp(v_fh - M_rh)
  * for every entry e of global row r = k*n + i and head h; the values are
  * (nnz, H), v_eh at e*H + h (H = 1: one value per entry).  Absent entries are
  * left out (an empty row has nothing to write).  The columns are only checked
@@ -10,16 +10,20 @@
  * (a COO tensor's indices, checked as its row pointers were built: skipping
  * them spares a third of the memory traffic).  Per row and head: one pass
  * for the max, one for the shifted sum of exps
- * (tsgu_lse.h's shift, tsgu_exp.h's vectorized exp, summed in four fixed lanes
- * by the entry's place in the row), one writing y (for softmax in float or
- * double: the exps, kept in y by the second pass, times the reciprocal of their
- * sum).  One head is vectorized along the row (its max in eight lanes: the
- * max is exact in any order, NaNs skipped either way), several along the heads,
+ * (tsgu_exp.h's vectorized exp, summed in four fixed lanes by the entry's place
+ * in the row), one writing y (for softmax in float or double: the exps, kept in
+ * y by the second pass, times the reciprocal of their sum).  v - M is taken
+ * before log S is subtracted: M + log S rounded to float would lose v's low
+ * bits at large magnitudes.  As in torch.softmax, M is not clamped: a row
+ * holding +inf (inf - inf) or only -inf (-inf + inf) is NaN throughout, and a
+ * -inf beside finite values gives 0 (log: -inf).  One head is vectorized along
+ * the row (its max in eight lanes: the max is exact in any order, NaNs skipped
+ * either way; a NaN then makes S, so the whole row, NaN), several along the heads,
  * with the same sums, so that head h of H gives the bits of a single-head call
  * on column h of the values.  Each row is done by one thread, so the bits do not
  * depend on the thread count.  16-bit values are computed in float and rounded once. */
+#include <math.h>
 #include "tsgu.h"
-#include "tsgu_lse.h"
 #include "tsgu_parallel.h"
 #include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
@@ -49,17 +53,20 @@ int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, int check_co
 
 #include "tsgu_rows.h"
 
-/* One entry's result from c, its head's 1/sum (keep: x is the exp kept in y) or
- * log-sum-exp L (x is the value): exp * (1/sum), v - L (log) or exp(v - L). */
-TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_of)(acc_t x, acc_t c, int keep, int is_log)
+/* One entry's result from its head's max M and c, 1/S (keep: x is the exp kept
+ * in y) or log S (x is the value): exp * (1/S), (v - M) - log S (log) or
+ * exp((v - M) - log S). */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_of)(acc_t x, acc_t shift, acc_t c, int keep, int is_log)
 {
-    return keep ? x * c : is_log ? (acc_t)(x - c) : TSGU_EXP((acc_t)(x - c));
+    if (keep) return x * c;
+    acc_t d = (acc_t)((acc_t)(x - shift) - c);
+    return is_log ? d : TSGU_EXP(d);
 }
 
-/* c of a head from its shift and its exps' sum */
-TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_c)(acc_t shift, double sum, int keep)
+/* c of a head from its exps' sum S */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_c)(double sum, int keep)
 {
-    return keep ? (acc_t)(1.0 / sum) : (acc_t)tsgu_lse_finish(shift, sum, 0);
+    return (acc_t)(keep ? 1.0 / sum : log(sum));
 }
 
 /* one head: the row's entries in blocks, vectorized along the row; a block's exps
@@ -82,7 +89,7 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_one_head)(const real_t *v, real_t *y, 
     }
     acc_t vmax = lane[0];
     for (int q = 1; q < TSGU_LANES; q++) vmax = lane[q] > vmax ? lane[q] : vmax;
-    const acc_t shift = (acc_t)tsgu_lse_shift(vmax, 0);
+    const acc_t shift = vmax;
     double s[4] = {0, 0, 0, 0};
     for (int64_t e0 = 0; e0 < len; e0 += TSGU_BLOCK) {
         int64_t w = len - e0 < TSGU_BLOCK ? len - e0 : TSGU_BLOCK, wp = (w + TSGU_LANES - 1) & -TSGU_LANES;
@@ -94,24 +101,24 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_one_head)(const real_t *v, real_t *y, 
         if (keep)
             for (int64_t q = 0; q < w; q++) y[e0 + q] = (real_t)d[q];  /* (keep: real_t is acc_t) */
     }
-    const acc_t c = TSGU_FN(softmax_c)(shift, (s[0] + s[1]) + (s[2] + s[3]), keep);
+    const acc_t c = TSGU_FN(softmax_c)((s[0] + s[1]) + (s[2] + s[3]), keep);
     const real_t *x = keep ? y : v;
-    for (e = 0; e < len; e++) y[e] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e]), c, keep, is_log)); /* vectorized */
+    for (e = 0; e < len; e++)                                                     /* vectorized */
+        y[e] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e]), shift, c, keep, is_log));
 }
 
 /* hb <= TSGU_HEADS heads of H, starting at v and y: vectorized along the heads */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_heads)(const real_t *v, real_t *y, int64_t len, int64_t H,
                                                              int64_t hb, int keep, int is_log)
 {
-    acc_t vmax[TSGU_HEADS], shift[TSGU_HEADS];
+    acc_t shift[TSGU_HEADS];    /* the max */
     double s[4][TSGU_HEADS] = {{0}};
-    for (int64_t h = 0; h < hb; h++) vmax[h] = -INFINITY;
+    for (int64_t h = 0; h < hb; h++) shift[h] = -INFINITY;
     for (int64_t e = 0; e < len; e++)
         for (int64_t h = 0; h < hb; h++) {
             acc_t a = TSGU_LOAD(v[e * H + h]);
-            vmax[h] = a > vmax[h] ? a : vmax[h];
+            shift[h] = a > shift[h] ? a : shift[h];
         }
-    for (int64_t h = 0; h < hb; h++) shift[h] = (acc_t)tsgu_lse_shift(vmax[h], 0);
     for (int64_t e = 0; e < len; e++) {
         double *se = s[e & 3];
         for (int64_t h = 0; h < hb; h++) {
@@ -122,11 +129,11 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_heads)(const real_t *v, re
     }
     acc_t c[TSGU_HEADS];
     for (int64_t h = 0; h < hb; h++)
-        c[h] = TSGU_FN(softmax_c)(shift[h], (s[0][h] + s[1][h]) + (s[2][h] + s[3][h]), keep);
+        c[h] = TSGU_FN(softmax_c)((s[0][h] + s[1][h]) + (s[2][h] + s[3][h]), keep);
     const real_t *x = keep ? y : v;
     for (int64_t e = 0; e < len; e++)
         for (int64_t h = 0; h < hb; h++)                                         /* vectorized */
-            y[e * H + h] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e * H + h]), c[h], keep, is_log));
+            y[e * H + h] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e * H + h]), shift[h], c[h], keep, is_log));
 }
 
 TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int64_t r1)

@@ -7,7 +7,7 @@ What the library is for, on one model:
 - sparse features: the bag-of-words rows x (1-2% dense) stay a SparseCSR; x W is
   sparse_mm(x, W^T), and dropout drops x's stored values (nn.dropout);
 - learnable edge weights: every edge has a weight w_e = softplus(theta_e), a parameter; the
-  normalised adjacency gcn_norm(edge_index, w) is rebuilt from them every step, and
+  normalised adjacency gcn_adjacency(edge_index, n, w) is rebuilt from them every step, and
   sparse_mm's backward gives their gradient at the stored entries only.  PyTorch's own
   torch.sparse.mm on a COO adjacency builds the dense n x n gradient G H^T there first.
 
@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from torchsparsegradutils import SparseCSR  # noqa: E402
-from torchsparsegradutils.nn import GCNConv, dropout, gcn_norm  # noqa: E402
+from torchsparsegradutils.nn import GCNConv, dropout, gcn_adjacency  # noqa: E402
 
 
 
@@ -97,7 +97,7 @@ def synthetic(n: int = 2708, classes: int = 7, features: int = 1433, seed: int =
 
 
 class GCN(torch.nn.Module):
-    """dropout -> GCNConv -> ReLU -> dropout -> GCNConv on A(w) = gcn_norm(edge_index, w),
+    """dropout -> GCNConv -> ReLU -> dropout -> GCNConv on A(w) = gcn_adjacency(edge_index, n, w),
     w = softplus(theta) one learnable weight per edge (1 at the start)."""
 
     def __init__(self, features: int, hidden: int, classes: int, edge_index: torch.Tensor, num_nodes: int):
@@ -108,7 +108,7 @@ class GCN(torch.nn.Module):
         self.theta = torch.nn.Parameter(torch.full((edge_index.shape[1],), float(np.log(np.e - 1))))
 
     def adjacency(self) -> SparseCSR:
-        return gcn_norm(self.edge_index, self.num_nodes, edge_weight=F.softplus(self.theta))
+        return gcn_adjacency(self.edge_index, self.num_nodes, edge_weight=F.softplus(self.theta))
 
     def forward(self, x):
         A = self.adjacency()

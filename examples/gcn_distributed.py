@@ -30,7 +30,7 @@ from gcn import load, planetoid_file, synthetic  # noqa: E402
 
 from torchsparsegradutils import sparse_mm  # noqa: E402
 from torchsparsegradutils.distributed import DistSparseCSR, dist_sparse_mm, partition_report, reorder  # noqa: E402
-from torchsparsegradutils.nn import gcn_norm  # noqa: E402
+from torchsparsegradutils.nn import gcn_adjacency  # noqa: E402
 
 TIMEOUT = datetime.timedelta(seconds=60)
 
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         x, edge_index, y, train_idx, _, _ = load(args.data) if args.data else synthetic()
         x = x.to_torch().to_dense()                            # gcn.py's sparse features, made dense here
         n, classes = x.shape[0], int(y.max()) + 1
-        A = gcn_norm(edge_index, n).to_torch()
+        A = gcn_adjacency(edge_index, n).to_torch()
         train_mask = torch.zeros(n, dtype=torch.bool)
         train_mask[train_idx] = True
         if args.reorder:                                       # every rank renumbers alike (deterministic)

@@ -325,6 +325,10 @@ class Op:
     # False: the op runs only kernels that other ops' sweeps run (so the comparison of
     # the portable kernels with the AVX2 ones is theirs)
     own_kernels: bool = True
+    # True: its results also pass through PyTorch's dense matrix products (the layers' linear
+    # maps), whose bits may depend on PyTorch's thread count (MKL on Intel hosts); see
+    # test_hygiene.test_same_bits_for_1_and_2_threads
+    dense_products: bool = False
     # the public object's path, where it is not `name` (two entries for one function)
     function: Optional[str] = None
 
@@ -866,22 +870,28 @@ def _edge_index(spec: Spec, gen) -> torch.Tensor:
 
 
 def dense_gcn_adjacency(edge_index: torch.Tensor, n: int, w: torch.Tensor) -> torch.Tensor:
-    """D^-1/2 (A + I) D^-1/2, A[target, source] the summed weights; differentiable in w."""
-    A = torch.zeros(n, n, dtype=w.dtype).index_put((edge_index[1].long(), edge_index[0].long()), w, accumulate=True)
-    A = A + torch.eye(n, dtype=w.dtype)
+    """D^-1/2 Â D^-1/2, Â[target, source] the summed weights with PyG's remaining self loops
+    (an explicit loop kept once, the last listed weight; 1 elsewhere); differentiable in w."""
+    tgt, src = edge_index[1].long(), edge_index[0].long()
+    loop = tgt == src
+    A = torch.zeros(n, n, dtype=w.dtype).index_put((tgt[~loop], src[~loop]), w[~loop], accumulate=True)
+    diag = torch.ones(n, dtype=w.dtype)
+    for e in torch.nonzero(loop).flatten().tolist():
+        diag = diag.index_put((tgt[e:e + 1],), w[e:e + 1])
+    A = A + torch.diag(diag)
     d = A.sum(1).rsqrt()
     return d[:, None] * A * d[None, :]
 
 
-def _make_gcn_norm(spec: Spec) -> Case:
-    """sparse_mm(gcn_norm(edge_index, n, edge_weight), B) (no n x n matrix, however many nodes)."""
+def _make_gcn_adjacency(spec: Spec) -> Case:
+    """sparse_mm(gcn_adjacency(edge_index, n, edge_weight), B) (no n x n matrix, however many nodes)."""
     gen = seeded("gcn_norm", spec)
     ei = _edge_index(spec, gen)
     w = torch.rand(spec.nnz, generator=gen, dtype=spec.dtype) + 0.5
     B = dense_operand((spec.n, spec.p), spec.dtype, gen, spec.bmode)
     import torchsparsegradutils.nn as tnn
     return Case({"edge_weight": w, "B": B}, (ei,),
-                lambda w, B: tsgu.sparse_mm(tnn.gcn_norm(ei, spec.n, edge_weight=w, dtype=w.dtype), B),
+                lambda w, B: tsgu.sparse_mm(tnn.gcn_adjacency(ei, spec.n, edge_weight=w, dtype=w.dtype), B),
                 lambda w, B: dense_gcn_adjacency(ei, spec.n, w) @ B)
 
 
@@ -899,6 +909,28 @@ def _make_gcn_conv(spec: Spec) -> Case:
         return dense_gcn_adjacency(ei, spec.n, torch.ones(spec.nnz, dtype=x.dtype)) @ (x @ W.t()) + b
     return Case(leaves, (ei,),
                 lambda x, W, b: torch.func.functional_call(conv, {"lin.weight": W, "bias": b}, (x, ei)), ref)
+
+
+def _make_gin_conv(spec: Spec) -> Case:
+    """GINConv(Linear(m -> p), train_eps=True) on spec.n nodes, x, the Linear's weight and
+    bias and eps the test's leaves (an edge listed twice sums twice, a self loop is one
+    more term)."""
+    gen = seeded("GINConv", spec)
+    ei = _edge_index(spec, gen)
+    import torchsparsegradutils.nn as tnn
+    conv = tnn.GINConv(torch.nn.Linear(spec.m, spec.p), train_eps=True).to(spec.dtype)
+    leaves = {"x": dense_operand((spec.n, spec.m), spec.dtype, gen, spec.bmode),
+              "weight": torch.randn(spec.p, spec.m, generator=gen, dtype=spec.dtype),
+              "bias": torch.randn(spec.p, generator=gen, dtype=spec.dtype),
+              "eps": torch.rand(1, generator=gen, dtype=spec.dtype)}
+
+    def ref(x, W, b, eps):
+        A = torch.zeros(spec.n, spec.n, dtype=x.dtype).index_put(
+            (ei[1].long(), ei[0].long()), torch.ones(spec.nnz, dtype=x.dtype), accumulate=True)
+        return ((1 + eps) * x + A @ x) @ W.t() + b
+    return Case(leaves, (ei,),
+                lambda x, W, b, eps: torch.func.functional_call(conv, {"nn.weight": W, "nn.bias": b, "eps": eps},
+                                                                (x, ei)), ref)
 
 
 SAGE_AGGRS = ("mean", "max", "sum")
@@ -1302,6 +1334,12 @@ MALFORMED = {
     "coo_batch_too_large": _coo_src([[0, 2], [0, 1], [0, 1]], (2, 3, 3)),
     "coo_false_coalesced_flag": "torch.sparse_coo_tensor(torch.tensor([[1, 0], [0, 1]]), torch.ones(2), (3, 3), "
                                 "is_coalesced=True)",
+    # flagged coalesced, rows in order, but a position repeated / columns out of order in a row:
+    # every op must raise as sparse_mm does, whatever route takes A in (issue 26)
+    "coo_false_coalesced_repeated": "torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], [0, 2, 2]]), "
+                                    "torch.tensor([1.0, 2.0, 3.0]), (3, 3), is_coalesced=True)",
+    "coo_false_coalesced_cols_unsorted": "torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], [0, 2, 1]]), "
+                                         "torch.ones(3), (3, 3), is_coalesced=True)",
     "coo_one_entry_strided_out_of_range": "torch.sparse_coo_tensor(torch.tensor([[5, 0], [0, 0]])[:, :1], "
                                           "torch.ones(1), (3, 3))",
     "coo_expanded_out_of_range": "torch.sparse_coo_tensor(torch.tensor([[5], [0]]).expand(2, 3), torch.ones(3), (3, 3))",
@@ -1420,18 +1458,25 @@ OPS = [
        malformed_call="tsgu.nn.SparseLinear(A.shape[-1], A.shape[-2], pattern=A)", malformed_match="",
        large=Spec(n=600, m=700, p=64, nnz=30000, dtype=torch.float32, itype=torch.int32), sparse_input=False,
        own_kernels=False),
-    Op("nn.gcn_norm", _make_gcn_norm, layouts=("dense",), batched=False, must_raise=(),
-       malformed=_gcn_malformed("tsgu.nn.gcn_norm(e, 3)"), malformed_match="", dtype_error=None,
+    Op("nn.gcn_adjacency", _make_gcn_adjacency, layouts=("dense",), batched=False, must_raise=(),
+       malformed=_gcn_malformed("tsgu.nn.gcn_adjacency(e, 3)"), malformed_match="", dtype_error=None,
        large=Spec(n=20000, nnz=400000), sparse_input=False, own_kernels=False),
     Op("nn.GCNConv", _make_gcn_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
        malformed=_gcn_malformed("tsgu.nn.GCNConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None,
-       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False,
+       dense_products=True),
+    Op("nn.GINConv", _make_gin_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
+       malformed=_gcn_malformed("tsgu.nn.GINConv(torch.nn.Linear(2, 2))(torch.randn(3, 2), e)"),
+       malformed_match="", dtype_error=None,
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False,
+       dense_products=True),
     # SAGEConv with aggr "mean", "max", "sum" (variants 0-2)
     Op("nn.SAGEConv", _make_sage_conv, layouts=("dense",), batched=False, must_raise=("x",),
        malformed=_gcn_malformed("tsgu.nn.SAGEConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None, variants=len(SAGE_AGGRS),
-       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False),
+       large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False,
+       dense_products=True),
     # ---- graph attention: the op on a sparse A's pattern (1 or 2 heads, variants 0-1),
     # and GATConv (GAT_VARIANTS)
     Op("graph_attention", _make_graph_attention, batched=False, must_raise=("x", "score_src", "score_dst"),
@@ -1443,7 +1488,8 @@ OPS = [
     Op("nn.GATConv", _make_gat_conv, layouts=("dense",), batched=False, must_raise=("x", "weight"),
        malformed=_gcn_malformed("tsgu.nn.GATConv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
        dtype_error=None, variants=len(GAT_VARIANTS),
-       large=Spec(n=5000, m=16, p=16, nnz=100000, variant=1), sparse_input=False, own_kernels=False),
+       large=Spec(n=5000, m=16, p=16, nnz=100000, variant=1), sparse_input=False, own_kernels=False,
+       dense_products=True),
     Op("distributions.SparseMultivariateNormal", _make_mvn, layouts=FULL_RANK_LAYOUTS, must_raise=(),
        malformed_call="tsgu.distributions.SparseMultivariateNormal(torch.zeros(A.shape[:-1]), scale_tril=A, "
                       "validate_args=False).log_prob(torch.zeros(A.shape[:-1]))",
@@ -1527,8 +1573,9 @@ HYPERSPARSE = {
     "SparseCSR": CSR_ROWS,
     "SparseCSR.to_torch": CSR_ROWS,
     "nn.SparseLinear": DENSE_ROWS,
-    "nn.gcn_norm": "its output is a degree per node, dense: O(nodes) by contract",
+    "nn.gcn_adjacency": "its output is a degree per node, dense: O(nodes) by contract",
     "nn.GCNConv": DENSE_ROWS,
+    "nn.GINConv": DENSE_ROWS,
     "nn.SAGEConv": DENSE_ROWS,
     "graph_attention": DENSE_ROWS,
     "nn.GATConv": DENSE_ROWS,
@@ -1662,4 +1709,40 @@ def child_outcomes(cases: Dict[str, str], timeout: float = 300) -> Dict[str, Tup
         err = r.stderr if len(r.stderr) <= 4000 else r.stderr[:2000] + "\n...\n" + r.stderr[-2000:]
         results[started] = ("CRASH", f"exit status {r.returncode}: {err}")   # a sanitizer report opens with its cause
         todo = [(name, src) for name, src in todo if name not in results]
+    return results
+
+
+# ---------------------------------------------------------------- the Triton route
+@pytest.fixture
+def triton_route(monkeypatch):
+    """The Triton kernels forced on CPU tensors (_backends.force_triton), interpreted:
+    skipped without triton, and unless the run was started with TRITON_INTERPRET=1 (read
+    as the kernels are defined, and by the interpreter as they run: setting it later in
+    the process does not take); returns the switch, route(True) / route(False)."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the Triton route on CPU tensors runs under TRITON_INTERPRET=1")
+    return lambda on: monkeypatch.setattr(_backends, "force_triton", on)
+
+
+def both_routes(route, fn, inputs, seed=0):
+    """[outputs..., gradients of the inputs that require grad...] of fn(*leaf copies of
+    inputs) for a random upstream gradient, on the C route and on the Triton route
+    (`route`, the triton_route fixture's switch): (c_results, triton_results)."""
+    results = []
+    for on in (False, True):
+        route(on)
+        leaves = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                  for x in inputs]
+        outs = fn(*leaves)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        diff = [o for o in outs if o.requires_grad]
+        wanted = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
+        grads = []
+        if diff and wanted:
+            gen = seeded("both_routes", seed)
+            ups = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype) for o in diff]
+            grads = list(torch.autograd.grad(diff, wanted, ups, allow_unused=True))
+        results.append([o.detach() for o in outs] + grads)
+    route(False)
     return results

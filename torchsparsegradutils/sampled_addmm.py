@@ -23,6 +23,7 @@ from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only, refuse_create_graph
 from ._core.view import CSRView, check_arrays, kernel_array
 from ._ops.products import sddmm
@@ -175,6 +176,7 @@ class SampledAddmm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, X, Y, beta, alpha):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view = as_csr(A.detach(), compress_rows=True)
         Yt = Y.detach().mT.contiguous()
         values = _combine(view.values, _backends.sddmm(view, X.detach(), Yt).reshape(view.values.shape), beta,
@@ -185,6 +187,7 @@ class SampledAddmm(torch.autograd.Function):
         return view.grad_like(values)
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         refuse_create_graph("sampled_addmm")
         view, _, (X, _, Yt) = load_operand(ctx)

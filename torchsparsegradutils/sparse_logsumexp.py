@@ -17,9 +17,10 @@ import torch
 from torch import Tensor
 
 from . import _backends
-from ._core.intake import as_csr
+from ._core.intake import as_csr, check_coo
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import constant_dim, eager_only, refuse_create_graph
 from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
 from ._ops.lse import lse
@@ -217,6 +218,7 @@ class SparseLogSumExp(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, mode, include_zeros):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view, transposed = _row_view(input.detach(), mode)
         out = _backends.lse(view, mode, include_zeros, transposed)
         if ctx.needs_input_grad[0]:
@@ -226,6 +228,7 @@ class SparseLogSumExp(torch.autograd.Function):
         return out
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         refuse_create_graph("sparse_logsumexp / sparse_bidir_logsumexp")
         view, _, (out,) = load_operand(ctx)
@@ -240,8 +243,11 @@ def _row_view(A: Tensor, mode: str):
     """(CSR view, transposed): CSC is read as the CSR view of its transpose, and so is
     a hypersparse COO with fewer columns than rows when the result has no per-row
     entry (mode "cols" or "all"): its row pointers would be O(rows) where the
-    entries and the result are O(nnz + columns)."""
+    entries and the result are O(nnz + columns).  (The transpose of a COO is not flagged
+    coalesced: A's own indices are checked first, as as_csr(A) would.)"""
     if A.layout == torch.sparse_csc or mode in ("cols", "all") and _tall_hypersparse(A):
+        if A.layout == torch.sparse_coo:
+            check_coo(A)
         return as_csr(A.transpose(-2, -1)), True
     return as_csr(A), False
 

@@ -6,6 +6,7 @@ import torch
 from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import check_system, eager_only, refuse_create_graph
 from .sparse_matmul import sparse_mm
 from .sparse_solve import solver_result
@@ -98,13 +99,16 @@ class SparseGenericLstsq(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, lstsq, transpose_lstsq):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         Ad = A.detach()
+        view = as_csr(Ad)                       # A's structure checked before a solver reads A
         X = _solve(lstsq, Ad, B.detach(), A.shape[1])
         ctx.solvers = (lstsq, transpose_lstsq)
-        save_operand(ctx, A, as_csr(Ad), True, B, X)
+        save_operand(ctx, A, view, True, B, X)
         return X
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         refuse_create_graph("sparse_generic_lstsq", sparse_csr_twice=False)
         view, _, (B, X) = load_operand(ctx)

@@ -6,6 +6,7 @@ from ._core.intake import as_csr, on_rows
 from ._core.saved import load_operand, load_operands, save_operand, save_operands
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor, csr_tensor
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import (check_mm, check_reduce, check_sparse_operands, eager_only, error, records_graph,
                              refuse_create_graph)
 from ._core.view import CSRView, coo_from_values, csr_from_values, view_of
@@ -141,6 +142,7 @@ class SparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, reduce="sum"):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view = as_csr(A, compress_rows=True)         # reads A (no graph is recorded in forward)
         arg = None
         if reduce == "sum":
@@ -155,6 +157,7 @@ class SparseMatMul(torch.autograd.Function):
         return C
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         view, A, (B, arg) = load_operand(ctx)
         need_A, need_B = ctx.needs_input_grad[:2]
@@ -242,6 +245,7 @@ class SparseSparseMatMul(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         a, b = as_csr(A, compress_rows=True), as_csr(B)     # a hypersparse COO A: its kept rows
         ptr, index, values = _backends.spgemm(a, b, A.layout == torch.sparse_coo)
         # the gradients read both operands' values (one walk over the products gives both)
@@ -249,6 +253,7 @@ class SparseSparseMatMul(torch.autograd.Function):
         return _product(A.layout, ptr, index, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         refuse_create_graph("sparse_mm with a sparse B", sparse_csr_twice=False)
         ((a, _), (b, _)), _ = load_operands(ctx)

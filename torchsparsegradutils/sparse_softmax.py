@@ -21,6 +21,7 @@ from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import (HALF_DTYPES, SUPPORTED_DTYPES, constant_dim, dtype_names, eager_only,
                              refuse_create_graph)
 from ._core.view import check_arrays
@@ -150,6 +151,7 @@ class SparseSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, by_rows, log):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view = as_csr(A.detach(), compress_rows=True)
         y = _backends.softmax(view, by_rows, log)
         if ctx.needs_input_grad[0]:
@@ -158,6 +160,7 @@ class SparseSoftmax(torch.autograd.Function):
         return view.grad_like(y)
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         refuse_create_graph("sparse_softmax / sparse_log_softmax")
         view, _, (y,) = load_operand(ctx)

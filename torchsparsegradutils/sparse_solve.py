@@ -1,6 +1,8 @@
 """Solves with a sparse A whose gradient w.r.t. A stays sparse.
 
-sparse_triangular_solve: substitution in C (csrc/trisolve.c), forward and backward.
+sparse_triangular_solve: substitution in C (csrc/trisolve.c) on the CPU, level-scheduled
+                         Triton kernels on CUDA (_backends/triton/trisolve.py), forward
+                         and backward.
 sparse_generic_solve:    any iterative solver (default MINRES), backward by the
                          adjoint solve, differentiable again (create_graph=True).
 """
@@ -14,6 +16,7 @@ from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor
+from ._core.undefined_grad import none_for_undefined
 from ._core.validate import check_operands, check_system, eager_only, error, records_graph, refuse_create_graph
 from ._core.view import op_args
 from ._ops.products import sddmm
@@ -111,6 +114,7 @@ class SparseTriangularSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, upper, unitriangular, transpose):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view = as_csr(A.detach())
         X = _backends.trisolve(view, B, upper, unitriangular, transpose)
         ctx.flags = (upper, unitriangular, transpose)
@@ -118,6 +122,7 @@ class SparseTriangularSolve(torch.autograd.Function):
         return X
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         refuse_create_graph("sparse_triangular_solve")
         view, _, (X,) = load_operand(ctx)
@@ -239,15 +244,18 @@ class SparseGenericSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, A, B, solve, transpose_solve, kwargs, transposed, A_data):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         A_data = A.detach() if A_data is None else A_data
+        view = as_csr(A_data)                   # A's structure checked before a solver reads A
         run = transpose_solve if transposed else solve
         with torch.no_grad():
             X = solver_result(run(A_data, B.detach(), **kwargs), B.shape, B.dtype)
         ctx.solvers = (solve, transpose_solve, kwargs, transposed)
-        save_operand(ctx, A, as_csr(A_data), True, X)
+        save_operand(ctx, A, view, True, X)
         return X
 
     @staticmethod
+    @none_for_undefined
     def backward(ctx, G):
         view, A, (X,) = load_operand(ctx)
         solve, transpose_solve, kwargs, transposed = ctx.solvers

@@ -6,7 +6,7 @@ import torch
 from conftest import SAGE_AGGRS, seeded
 
 from torchsparsegradutils import SparseCSR
-from torchsparsegradutils.nn import GATConv, GCNConv, SAGEConv, SparseLinear, dropout
+from torchsparsegradutils.nn import GATConv, GCNConv, GINConv, SAGEConv, SparseLinear, dropout
 
 # 7 nodes, (0 -> 1) given twice, a self loop on 2, node 4 without in-neighbours
 EDGES = torch.tensor([[0, 1, 2, 3, 3, 0, 2, 2], [1, 2, 3, 0, 1, 1, 2, 1]])
@@ -35,7 +35,8 @@ def _layers():
             "GCNConv": (GCNConv(9, 4).double(), True),
             **{f"SAGEConv-{a}": (SAGEConv(9, 4, aggr=a).double(), True) for a in SAGE_AGGRS},
             "SAGEConv-wide": (SAGEConv(9, 12, aggr="mean").double(), True),
-            "GATConv": (GATConv(9, 2, heads=3).double(), True)}
+            "GATConv": (GATConv(9, 2, heads=3).double(), True),
+            "GINConv": (GINConv(torch.nn.Linear(9, 4)).double(), True)}
 
 
 @pytest.mark.parametrize("kind", ["coo", "coo_uncoalesced", "csr", "SparseCSR"])

@@ -3,6 +3,9 @@
     cpu        the C kernels (csrc/), for CPU tensors
     cuda       our CUDA kernels (csrc/cuda/), for CUDA tensors, where they are built
                and cover the op (the products of sparse_mm)
+    triton     our Triton kernels (triton/), for CUDA tensors the cuda route does not
+               take, where triton imports and the op has one (has_triton); imported
+               only then, so the package imports without triton
     torch_ops  PyTorch's own ops, for everything else
 
 Each function here is one op on a CSRView (or on dense rows and their grouping):
@@ -20,21 +23,52 @@ from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
 
 # Tests set this to run the torch-ops route on CPU tensors.
 force_torch_ops = False
+# Tests set this to run the Triton kernels on CPU tensors (under TRITON_INTERPRET=1),
+# for the ops that have one.
+force_triton = False
+# Tests set this to False to send CUDA tensors past the Triton kernels (to torch_ops),
+# as a machine without triton does; with native.cuda_enabled False too, every op on
+# CUDA takes the torch_ops route.
+triton_enabled = True
+_triton = None                 # the triton backend once imported; False: triton is missing
 
 
-def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor):
-    """cpu when every tensor is on the CPU; cuda when every one is on CUDA and our
-    kernels take them (has_cuda_kernel: the op has one); else torch_ops."""
+def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor, has_triton: bool = False):
+    """cpu when every tensor is on the CPU (triton there when forced and the op has a
+    Triton kernel: has_triton); cuda when every one is on CUDA and our kernels take
+    them (has_cuda_kernel: the op has one); else triton where the op has a Triton
+    kernel, triton imports and triton_enabled; else torch_ops."""
     if force_torch_ops:
         return torch_ops
     for t in tensors:          # a loop: all() of a generator costs a microsecond more
         if not t.is_cpu:
             break
     else:
+        if force_triton and has_triton:
+            return _triton_backend(required=True)
         return cpu
     if has_cuda_kernel and native.cuda_usable(*tensors):
         return cuda
+    if has_triton and triton_enabled and all(t.is_cuda for t in tensors) and _triton_backend():
+        return _triton
     return torch_ops
+
+
+def _triton_backend(required: bool = False):
+    """The triton backend, imported on first use; None where triton does not import
+    (ImportError with required)."""
+    global _triton
+    if _triton is None:
+        try:
+            from . import triton as backend
+        except ImportError:
+            if required:
+                raise
+            backend = False
+        _triton = backend
+    if required and not _triton:
+        raise ImportError("the Triton route needs triton, which does not import here")
+    return _triton or None
 
 
 def on_cpu(*tensors: torch.Tensor) -> bool:
@@ -44,14 +78,14 @@ def on_cpu(*tensors: torch.Tensor) -> bool:
 
 # ---------------------------------------------------------------- products (sparse_mm)
 # With mean (reduce="mean") the matrix is D^-1 A, D the rows' entry counts; our CUDA
-# kernels do not take it.
+# C kernels do not take it (triton does).
 def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
     if A.rows is not None:
         return _on_kept_rows(A, spmm(A._replace(rows=None), item_rows(B), mean))
     if mean:
-        return _backend(False, A.values, B).spmm(A, B, mean=True)
-    return _backend(True, A.values, B).spmm(A, B)
+        return _backend(False, A.values, B, has_triton=True).spmm(A, B, mean=True)
+    return _backend(True, A.values, B, has_triton=True).spmm(A, B)
 
 
 def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
@@ -60,8 +94,8 @@ def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
         out = spmm_t(A._replace(rows=None), item_rows(G).index_select(0, A.rows), mean)
         return out.reshape(*A.shape[:-2], A.shape[-1], G.shape[-1])
     if mean:
-        return _backend(False, A.values, G).spmm_t(A, G, mean=True)
-    return _backend(True, A.values, G).spmm_t(A, G)
+        return _backend(False, A.values, G, has_triton=True).spmm_t(A, G, mean=True)
+    return _backend(True, A.values, G, has_triton=True).spmm_t(A, G)
 
 
 def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
@@ -70,8 +104,8 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
     if A.rows is not None:
         return sddmm(A._replace(rows=None), item_rows(G).index_select(0, A.rows), item_rows(B), mean)
     if mean:
-        return _backend(False, G, B).sddmm(A, G, B, mean=True)
-    return _backend(True, G, B).sddmm(A, G, B)
+        return _backend(False, G, B, has_triton=True).sddmm(A, G, B, mean=True)
+    return _backend(True, G, B, has_triton=True).sddmm(A, G, B)
 
 
 # --------------------------------------------------------- sparse @ sparse (sparse_mm)
@@ -82,7 +116,8 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
 # multiplied through those rows alone, times B's items as one block diagonal: then ptr
 # holds the kept rows' pointers (len(A.rows)+1,), index is C's COO index array (coo is
 # implied: such an A is COO, and so is C), and a sparse G is a view on A's kept rows
-# (intake.on_rows).  No CUDA kernel of ours.
+# (intake.on_rows).  No CUDA C kernel of ours: on CUDA the triton route's forward is
+# PyTorch's CSR @ CSR (cuSPARSE), its backward our Triton kernels.
 def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     """(ptr, index, values) of C = A @ B for every batch item."""
     if A.rows is not None:
@@ -93,7 +128,7 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
             k = row // n
             return ptr, torch.stack([k, row - k * n, col - k * p]), values
         return ptr, torch.stack([row, col]), values
-    return _backend(False, A.values, B.values).spgemm(A, B, coo)
+    return _backend(False, A.values, B.values, has_triton=True).spgemm(A, B, coo)
 
 
 def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
@@ -104,7 +139,8 @@ def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
             G = _dense_on_rows(G, A.rows, A.shape[-2])
         ga, gb = spgemm_grad(A._replace(rows=None), _block_diagonal(B), G, need_a, need_b)
         return ga, None if gb is None else gb.reshape(B.col.shape)
-    return _backend(False, A.values, B.values, _grad_values(G)).spgemm_grad(A, B, G, need_a, need_b)
+    return _backend(False, A.values, B.values, _grad_values(G), has_triton=True).spgemm_grad(A, B, G, need_a,
+                                                                                              need_b)
 
 
 def _block_diagonal(B: CSRView) -> CSRView:
@@ -144,7 +180,7 @@ def _grad_values(G) -> torch.Tensor:
 # ------------------------------------------------- amax / amin (sparse_mm's reduce)
 # arg (int32, the shape of C, or (kept rows, p) for a hypersparse view): for each
 # output element, the offset in its row of the entry whose product it holds, -1 for
-# none (see csrc/spmm_arg.c).  No CUDA kernels of ours: CUDA takes torch_ops.
+# none (see csrc/spmm_arg.c).  No CUDA C kernels of ours: CUDA takes triton.
 def spmm_arg(A: CSRView, B: torch.Tensor, is_min: bool, need_arg: bool = True):
     """(C, arg): C[k][i,t] = max (min with is_min) over the entries e of row i of
     A.val[e] * B[k][A.col[e],t] (0 for an empty row), with PyTorch's ties; arg None
@@ -152,7 +188,7 @@ def spmm_arg(A: CSRView, B: torch.Tensor, is_min: bool, need_arg: bool = True):
     if A.rows is not None:
         C, arg = spmm_arg(A._replace(rows=None), item_rows(B), is_min, need_arg)
         return _on_kept_rows(A, C), arg
-    return _backend(False, A.values, B).spmm_arg(A, B, is_min, need_arg)
+    return _backend(False, A.values, B, has_triton=True).spmm_arg(A, B, is_min, need_arg)
 
 
 def spmm_t_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
@@ -161,7 +197,7 @@ def spmm_t_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     if A.rows is not None:
         out = spmm_t_arg(A._replace(rows=None), arg, item_rows(G).index_select(0, A.rows))
         return out.reshape(*A.shape[:-2], A.shape[-1], G.shape[-1])
-    return _backend(False, A.values, arg, G).spmm_t_arg(A, arg, G)
+    return _backend(False, A.values, arg, G, has_triton=True).spmm_t_arg(A, arg, G)
 
 
 def sddmm_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
@@ -169,7 +205,7 @@ def sddmm_arg(A: CSRView, arg: torch.Tensor, G: torch.Tensor, B: torch.Tensor) -
     shaped like A.col: the gradient of spmm_arg w.r.t. A's values."""
     if A.rows is not None:
         return sddmm_arg(A._replace(rows=None), arg, item_rows(G).index_select(0, A.rows), item_rows(B))
-    return _backend(False, arg, G, B).sddmm_arg(A, arg, G, B)
+    return _backend(False, arg, G, B, has_triton=True).sddmm_arg(A, arg, G, B)
 
 
 def gather_arg(A: CSRView, arg: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -225,14 +261,14 @@ def csr_transpose(A: CSRView) -> torch.Tensor:
 def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """X = A^{-1} B (or A^{-T} B with transpose) for every batch item of a triangular A;
     B is (n, p) or (b, n, p).  Returns a new tensor."""
-    return _backend(False, A.values, B).trisolve(A, B, upper, unitriangular, transpose)
+    return _backend(False, A.values, B, has_triton=True).trisolve(A, B, upper, unitriangular, transpose)
 
 
 def trisolve_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor,
                     upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
     """trisolve of CSR arrays of an A of shape `shape`, taken as they are, where no
     graph is recorded: on the cpu route straight to the kernel."""
-    if _backend(False, values, B) is cpu:
+    if _backend(False, values, B, has_triton=True) is cpu:
         return cpu.trisolve_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
                                    shape[0] if len(shape) == 3 else 1, shape[-1], B, upper, unitriangular,
                                    transpose)
@@ -339,17 +375,17 @@ def lse_wsum(A: CSRView, out: torch.Tensor, u: torch.Tensor, mode: str) -> torch
 # ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
 # Over the stored entries of each row (by_rows) or each column of every item, absent
 # entries left out; value arrays in and out are shaped like A.values, in A's entry
-# order.  The cpu route takes columns through the transpose's pattern.
+# order.  The cpu route takes columns through the transpose's pattern; triton has rows only.
 def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     """y[e] = exp(v[e] - L[group of e]) (log: v[e] - L[group of e]), L the group's
     log-sum-exp of its stored values v = A.values."""
-    return _backend(False, A.values).softmax(A, by_rows, log)
+    return _backend(False, A.values, has_triton=by_rows).softmax(A, by_rows, log)
 
 
 def softmax_grad(A: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, log: bool) -> torch.Tensor:
     """d(sum g * y)/d A.values for y = softmax(A, by_rows, log): y * (g - S(g * y)), or
     for log g - exp(y) * S(g), S(x)[e] the sum of x over e's group (A.values unused)."""
-    return _backend(False, y, g).softmax_grad(A, y, g, by_rows, log)
+    return _backend(False, y, g, has_triton=by_rows).softmax_grad(A, y, g, by_rows, log)
 
 
 def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
@@ -362,20 +398,20 @@ def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
 # A 2-D view (n, m): row i a target node, its columns j the sources it attends to; x (m,
 # H, F), s (m, H), d (n, H), contiguous; dropout: (entry e, head h) is dropped when its
 # draw (gat_dropped) is below drop (of 2^24), seed an int64 tensor of one element (None
-# without dropout), scale a kept entry's factor; slope LeakyReLU's.  No CUDA kernel of ours.
+# without dropout), scale a kept entry's factor; slope LeakyReLU's.  CUDA: triton.
 def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
         slope: float):
     """(out, alpha): alpha[e,h] = softmax over row i's entries of LeakyReLU(s[j,h] + d[i,h]),
     out[i,h,:] = sum over row i of alpha * (0 if dropped else scale) * x[j,h,:]; out (n, H, F),
     alpha (nnz, H), before dropout."""
-    return _backend(False, x, s, d).gat(A, x, s, d, seed, drop, scale, slope)
+    return _backend(False, x, s, d, has_triton=True).gat(A, x, s, d, seed, drop, scale, slope)
 
 
 def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
              slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
     """(gx, gs, gd): the gradients w.r.t. x, s and d of gat's out (upstream G) and alpha
     (upstream galpha, or None)."""
-    return _backend(False, x, G, alpha).gat_grad(A, x, s, d, seed, drop, scale, slope, alpha, G, galpha)
+    return _backend(False, x, G, alpha, has_triton=True).gat_grad(A, x, s, d, seed, drop, scale, slope, alpha, G, galpha)
 
 
 def gat_dropped(seed: torch.Tensor, nnz: int, heads: int, drop: int) -> torch.Tensor:

@@ -270,16 +270,11 @@ def lse_grad(view: CSRView, rows, cols) -> torch.Tensor:
 # ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
 def softmax(view: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     """Softmax (log-softmax with log) over each row's (by_rows) or column's stored values
-    (csrc/softmax_rows.c), shaped like view.values.  Columns: a float/double softmax as
-    exp(v - column lse) by the log-sum-exp kernels (lse_cols.c, then lse_grad.c with a
-    gradient of ones: no permutation of the values, 2-3x faster than the transpose);
-    else as the rows of the transpose's pattern (csrc/csr_transpose.c), the values
-    gathered there and back."""
+    (csrc/softmax_rows.c), shaped like view.values.  Columns: as the rows of the
+    transpose's pattern (csrc/csr_transpose.c), the values gathered there and back
+    (not exp(v - column lse): the lse rounded to the values' dtype loses their low bits
+    at large magnitudes, and a column holding +inf would not be NaN throughout)."""
     heads = _heads(view.col, view.values)
-    if not by_rows and not log and heads == 1 and view.values.dtype in (torch.float32, torch.float64):
-        L = torch.empty(view.batch, view.ncols, dtype=view.values.dtype)
-        lse_groups(view, False, L, by_rows=False)
-        return lse_grad(view, None, (L, torch.ones_like(L)))
     if not by_rows:
         T, perm = _transposed(view, view.values)
         return _scattered(_softmax_rows(T, heads, log, True), perm, view.values)

@@ -203,6 +203,32 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     return ptr, cols, values.to(a.dtype)
 
 
+def spgemm_csr(A: CSRView, B: CSRView, coo: bool = False):
+    """spgemm through PyTorch's CSR @ CSR of the block-diagonal forms (cuSPARSE on CUDA:
+    the forward where it is faster than ours); 16-bit values through spgemm (PyTorch's
+    products take no 16-bit CSR).  Every product's position is an entry, as spgemm's,
+    and each row's columns increase (sorted here where PyTorch's product leaves them
+    unsorted)."""
+    if A.values.dtype in _HALF:
+        return spgemm(A, B, coo)
+    A2, B2 = global_csr(A)[0], global_csr(B)[0]
+    C2 = torch.sparse.mm(A2, B2) if A2.shape[0] and B2.shape[1] else \
+        csr_tensor(torch.zeros(A2.shape[0] + 1, dtype=torch.int64, device=A2.device),
+                   torch.zeros(0, dtype=torch.int64, device=A2.device), A2.values()[:0], (A2.shape[0], B2.shape[1]))
+    ptr, col, values = C2.crow_indices().long(), C2.col_indices().long(), C2.values()
+    n, m = A.nrows, B.ncols
+    rows = entry_rows(ptr)
+    key = rows * B2.shape[1] + col
+    if key.numel() > 1 and bool((key[1:] <= key[:-1]).any()):     # PyTorch's CPU product leaves rows unsorted
+        order = torch.argsort(key)
+        col, values = col.index_select(0, order), values.index_select(0, order)
+    k = rows // n if n else rows
+    col = col - k * m
+    if coo:
+        col = torch.stack([k, rows - k * n, col] if len(A.shape) == 3 else [rows, col])
+    return ptr, col, values
+
+
 def _grad_at(G, row: torch.Tensor, col: torch.Tensor, m: int) -> torch.Tensor:
     """G[row, col] for a dense G ((b, n, m) or (n, m)) or a CSRView (zero where it stores none)."""
     if not isinstance(G, CSRView):
@@ -233,12 +259,12 @@ def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
     return ga, gb
 
 
-def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
-    """X = A^{-1} B (or A^{-T} B) through PyTorch's sparse triangular solve on the
-    block-diagonal 2D form (cuSPARSE serves it on CUDA), after the kernel's structure
-    checks in torch ops, so both paths raise the same errors."""
-    A2, rows, cols = global_csr(A)
-    n, p = A.nrows, B.shape[-1]
+def triangular_diagonal(A: CSRView, rows: torch.Tensor, cols: torch.Tensor, upper: bool, unitriangular: bool):
+    """The checks of a triangular A's structure, the kernel's errors (ValueError): an
+    entry on the wrong side, a diagonal entry stored with unitriangular, or a row
+    without one otherwise.  Returns the flat positions of the diagonal entries, one
+    per global row in row order (None with unitriangular).  rows, cols: global_csr's."""
+    n = A.nrows
     i, j = rows % n if n else rows, cols % n if n else cols
     if bool((j < i).any() if upper else (j > i).any()):
         raise ValueError(STATUS["ETRI_SIDE"])
@@ -246,10 +272,29 @@ def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, tran
     if unitriangular:
         if bool(on_diag.any()):
             raise ValueError(STATUS["EDIAG_UNIT"])
-    else:
-        nonzero_diag = on_diag & (A2.values() != 0)
-        if int(nonzero_diag.sum()) != A.batch * n:
-            raise ValueError(STATUS["EDIAG_ZERO"])
+        return None
+    diag = torch.nonzero(on_diag).squeeze(1)
+    if diag.numel() != A.batch * n:
+        raise ValueError(STATUS["EDIAG_ZERO"])
+    return diag
+
+
+def check_diagonal(values: torch.Tensor, diag: torch.Tensor) -> None:
+    """A zero among the diagonal entries (values at triangular_diagonal's positions) is
+    the kernel's error."""
+    if bool((values.index_select(0, diag) == 0).any()):
+        raise ValueError(STATUS["EDIAG_ZERO"])
+
+
+def trisolve(A: CSRView, B: torch.Tensor, upper: bool, unitriangular: bool, transpose: bool) -> torch.Tensor:
+    """X = A^{-1} B (or A^{-T} B) through PyTorch's sparse triangular solve on the
+    block-diagonal 2D form (cuSPARSE serves it on CUDA), after the kernel's structure
+    checks in torch ops, so both paths raise the same errors."""
+    A2, rows, cols = global_csr(A)
+    n, p = A.nrows, B.shape[-1]
+    diag = triangular_diagonal(A, rows, cols, upper, unitriangular)
+    if diag is not None:
+        check_diagonal(A2.values(), diag)
     if A.batch * n == 0 or p == 0:
         return B.detach().clone()
     # torch.linalg.solve_triangular takes only strided matrices: sparse ones still
@@ -384,8 +429,9 @@ def _groups(A: CSRView, by_rows: bool):
 
 
 def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
-    """As cpu.softmax: the group's max, its shifted sum of exps, then each entry
-    (the C kernel's shift rule, tsgu_lse_shift); values (nnz,) or (nnz, H)."""
+    """As cpu.softmax: the group's max M (not clamped: a group holding +inf, or only
+    -inf, is NaN throughout), its sum S of exp(v - M), then (v - M) - log S (its
+    exp); values (nnz,) or (nnz, H)."""
     v = A.values
     if v.dtype in _HALF:
         return softmax(A._replace(values=v.float()), by_rows, log).to(v.dtype)
@@ -393,9 +439,8 @@ def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     v = _by_entry(v, A.col)
     at = group.unsqueeze(1).expand(v.shape)
     mx = v.new_full((count, v.shape[1]), float("-inf")).scatter_reduce_(0, at, v, "amax")
-    shift = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-    s = v.new_zeros(mx.shape).index_add_(0, group, (v - shift[group]).exp())
-    d = v - (shift + s.log())[group]
+    shifted = v - mx[group]
+    d = shifted - v.new_zeros(mx.shape).index_add_(0, group, shifted.exp()).log()[group]
     return (d if log else d.exp()).reshape(A.values.shape)
 
 

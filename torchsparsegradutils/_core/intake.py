@@ -21,6 +21,8 @@ policies for telling that a structure is unchanged:
   comparison would).  An in-place edit that bypasses the version counter is not
   seen; the CUDA kernels still clamp every pointer and skip every column out of
   range, so it can give a wrong result but never a read out of bounds.
+A third cache with the CUDA cache's keys, DERIVED (`derived`), keeps what a route
+derives from a checked structure on any device (the Triton solve's levels).
 """
 import threading
 from collections import OrderedDict
@@ -87,7 +89,7 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
         indices = _unit_stride_rows(plain(A._indices()))
         val = plain(A._values())
     else:
-        _check_coo_ranges(indices, sizes)
+        _check_coo(indices, sizes, True)
     val = val.contiguous()
     if hypersparse:
         return _hypersparse(indices, val, sizes, shape)
@@ -97,12 +99,10 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
 
 
 def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRView:
-    """The view of a coalesced COO A, its indices in range, through its non-empty rows
+    """The view of a coalesced COO A, its indices checked, through its non-empty rows
     only (CSRView.rows)."""
     n, m = sizes[-2], sizes[-1]
     rows = _global_rows(indices, n)
-    if rows.numel() > 1 and bool((rows[1:] < rows[:-1]).any()):
-        raise ValueError(native.STATUS["EIDX_ORDER"])
     kept, counts = torch.unique_consecutive(rows, return_counts=True)
     ptr = torch.zeros(kept.numel() + 1, dtype=torch.int64, device=val.device)
     torch.cumsum(counts, 0, out=ptr[1:])
@@ -148,6 +148,27 @@ def _unit_stride_rows(indices: torch.Tensor) -> torch.Tensor:
     if indices.shape[1] <= 1 or indices.stride(1) == 1:
         return indices
     return indices.contiguous()
+
+
+def check_coo(A: torch.Tensor) -> None:
+    """A COO A's indices checked as as_csr(A) checks them, without building its view (for
+    an op that reads A through its transpose, which drops the coalesced flag): every
+    index in range and, where A is flagged coalesced, the entries strictly increasing
+    in (row, col), as coo_row_ptr.c requires (ValueError)."""
+    _check_coo(_unit_stride_rows(plain(A._indices())), tuple(A.shape), A.is_coalesced())
+
+
+def _check_coo(indices: torch.Tensor, sizes, coalesced: bool) -> None:
+    """check_coo of a COO's indices (unit-stride rows) and coalesced flag: by torch ops
+    where the view is not built by coo_row_ptr.c."""
+    _check_coo_ranges(indices, sizes)
+    if coalesced and indices.shape[1] > 1:
+        rows, cols = _global_rows(indices, sizes[-2]), indices[-1]
+        step = rows[1:] - rows[:-1]
+        if bool((step < 0).any()):
+            raise ValueError(native.STATUS["EIDX_ORDER"])
+        if bool(((step == 0) & (cols[1:] <= cols[:-1])).any()):
+            raise ValueError(native.STATUS["ECOL_ORDER"])
 
 
 def _check_coo_ranges(indices: torch.Tensor, sizes) -> None:
@@ -318,6 +339,23 @@ def _sort_structure(indices: torch.Tensor, sizes, keep_source: bool) -> CooStruc
 # CUDA: every checked structure
 CUDA_STRUCTURES = _Cache(16)
 
+# What a route derives from a checked structure and keeps (the Triton solve's levels),
+# on any device: keyed as the CUDA cache keys, by the view's index arrays
+DERIVED = _Cache(16)
+
+
+def derived(A: CSRView, what: tuple, build):
+    """build() for the structure of the view A (its COO indices, or its CSR arrays) and
+    `what` (a key of hashables), built once per structure and kept in DERIVED: a hit
+    reads no element (see the module's docstring on the CUDA cache's key)."""
+    arrays = (A.coo_indices,) if A.coo_indices is not None else (A.ptr, A.col)
+    key = ("derived", A.batch, A.nrows, A.ncols) + tuple(what) + _cuda_key(*arrays)
+    value = DERIVED.lookup(key)
+    if value is None:
+        value = build()
+        DERIVED.remember(key, arrays, value)
+    return value
+
 # In the CUDA products, rows with more entries than this are split into pieces
 # of this many (a plan, csrc/cuda/tsgu_cuda.h), so that one long row does not
 # keep one group of lanes busy while the device idles.
@@ -438,8 +476,8 @@ def cuda_structure(A: CSRView) -> CudaStructure:
 
 def cuda_coo_structure(indices: torch.Tensor, sizes: tuple, coalesced: bool) -> CooStructure:
     """The CSR form of CUDA COO indices (see CooStructure), checked on the device: an
-    index out of range, or indices flagged coalesced but not sorted by row, raise
-    ValueError; unsorted ones are sorted once (torch ops)."""
+    index out of range, or indices flagged coalesced but not strictly increasing in
+    (row, col), raise ValueError; unsorted ones are sorted once (torch ops)."""
     key = ("coo", sizes, coalesced) + _cuda_key(indices)
     s = CUDA_STRUCTURES.lookup(key)
     if s is not None:

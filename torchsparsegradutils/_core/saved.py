@@ -40,6 +40,8 @@ def save_operands(ctx, operands, *tensors) -> None:
     for A, view, need_values in operands:
         if A.requires_grad and A.layout == torch.sparse_csr and A.dim() == 3:
             accumulate_batched_csr_grads(A)
+        if A.requires_grad and A.layout == torch.sparse_coo and view.coo_indices is not None:
+            flag_coalesced_grads(A, view.coo_indices)
         values = guard = None
         if need_values:
             values = view.values
@@ -74,6 +76,8 @@ def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
     ref, nnz = weakref.ref(A), A.col_indices().shape
 
     def hook(grad):
+        if grad is None:          # undefined (see none_for_undefined): nothing to accumulate
+            return None
         if grad.layout != torch.sparse_csr or grad.col_indices().shape != nnz or grad.values().shape != nnz:
             raise RuntimeError(
                 "cannot sum the gradients of a batched CSR tensor used more than once in one graph: "
@@ -92,6 +96,40 @@ def accumulate_batched_csr_grads(A: torch.Tensor) -> None:
 
     A.register_hook(hook)
     A._tsgu_batched_grad_hook = True
+
+
+def flag_coalesced_grads(A: torch.Tensor, indices: torch.Tensor) -> None:
+    """Keep the coalesced flag of a COO leaf A's gradient.
+
+    Every route returns A's gradient flagged coalesced, on the index array of A's
+    view, `indices`; PyTorch drops the flag as it stores the gradient into A.grad
+    (pytorch#105916: AccumulateGrad rebuilds the tensor without it), so A.grad.values()
+    raised.  Where the view reads A's own index array (A's entries sorted and unique,
+    checked as the view was made: a coalesced A, or one not flagged whose entries are
+    in order), a hook on A (installed once) flags A.grad again once stored, if it still
+    holds that array (the same memory, shape and strides: O(1), no element compared;
+    A keeps the array alive).  A gradient on another pattern (a sum with one, an
+    uncoalesced A's) keeps what PyTorch gives it."""
+    if not A.is_leaf or getattr(A, "_tsgu_coalesced_grad_hook", False) or \
+            not hasattr(A, "register_post_accumulate_grad_hook"):          # PyTorch 2.0 has none
+        return
+    own = A._indices()
+    if _identity(indices) != _identity(own):
+        return
+
+    def hook(A):
+        g = A.grad
+        if g is not None and g.layout == torch.sparse_coo and not g.is_coalesced() and \
+                _identity(g._indices()) == _identity(own):
+            g._coalesced_(True)
+
+    A.register_post_accumulate_grad_hook(hook)
+    A._tsgu_coalesced_grad_hook = True
+
+
+def _identity(t: torch.Tensor) -> tuple:
+    """Which memory t reads, and how (no look at the elements)."""
+    return t.data_ptr(), tuple(t.shape), t.stride(), t.device
 
 
 def values_guard(A: torch.Tensor) -> Optional[torch.Tensor]:

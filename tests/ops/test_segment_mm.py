@@ -1,9 +1,9 @@
 """Tests of segment_mm against a looped PyTorch reference with autograd, and gradcheck
-(reference and shared checks from test_gather_mm)."""
+(reference and shared checks from support/grouped.py)."""
 import pytest
 import torch
-from test_gather_mm import (DTYPES, HAS_CUDA, SHAPES, check_against_reference, check_inplace_detected,
-                            check_thread_bits, random_operands)
+from support.grouped import (DTYPES, HAS_CUDA, SHAPES, check_against_reference, check_inplace_detected,
+                             check_thread_bits, random_operands)
 
 from torchsparsegradutils import segment_mm
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 from conftest import seeded
-from test_sparse_mm import HALF, make_case
+from support.mm import HALF, make_case
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _backends, sparse_mm

@@ -1,9 +1,9 @@
 """Tests of sparse_bidir_logsumexp against the dense reference and two sparse_logsumexp
-calls (inputs and reference from test_sparse_logsumexp)."""
+calls (inputs and reference from support/lse.py)."""
 import pytest
 import torch
-from test_sparse_logsumexp import (DTYPES, HAS_CUDA, LAYOUTS, TOL, dense_grad_at_entries, dense_reference,
-                                   leaf_sparse, random_dense, to_layout)
+from support.lse import (DTYPES, HAS_CUDA, LAYOUTS, TOL, dense_grad_at_entries, dense_reference,
+                         leaf_sparse, random_dense, to_layout)
 
 from torchsparsegradutils import sparse_bidir_logsumexp, sparse_logsumexp
 

@@ -9,7 +9,7 @@ import torch
 from conftest import SANITIZED, num_threads, run_child
 
 from torchsparsegradutils import (SparseCSR, _backends, sparse_coo_tensor, sparse_csr_tensor, sparse_log_softmax,
-                                  sparse_softmax)
+                                  sparse_mm, sparse_softmax)
 
 HAS_CUDA = torch.cuda.is_available()
 FNS = {"softmax": sparse_softmax, "log_softmax": sparse_log_softmax}
@@ -169,6 +169,28 @@ def test_leaf_sparse_gradient_on_its_pattern(path, kind, layout):
     torch.testing.assert_close(dense_of(A.grad), Dl.grad * (D != 0), **TOL[torch.float64])
 
 
+@pytest.mark.parametrize("layout", ["coo", "batched_coo", "coo_unflagged"])
+def test_leaf_coo_gradient_is_flagged_coalesced(path, layout):
+    """A COO leaf's gradient comes back flagged coalesced, so A.grad.values() works (PyTorch
+    drops the flag as it stores a gradient: _core.saved.flag_coalesced_grads restores it);
+    on every route, by rows and columns, also after a second backward adds to it."""
+    batched = layout.startswith("batched")
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=8)
+    A = D.to_sparse().coalesce()
+    if layout == "coo_unflagged":        # sorted and unique, not flagged: still A's own pattern
+        A = torch.sparse_coo_tensor(A.indices(), A.values(), A.shape)
+    for kind in FNS:
+        for dim in (-1, -2):
+            leaf = A.detach().requires_grad_()
+            for _ in range(2):
+                FNS[kind](leaf, dim).values().sum().backward()
+                assert leaf.grad.is_coalesced() and torch.equal(leaf.grad.indices(), A._indices()), (kind, dim)
+    leaf = A.detach().requires_grad_()
+    sparse_mm(leaf, torch.ones(*D.shape[:-2], 5, 2, dtype=D.dtype)).sum().backward()
+    assert leaf.grad.is_coalesced()
+    torch.testing.assert_close(leaf.grad.values(), torch.full_like(A._values(), 2.0))
+
+
 @pytest.mark.parametrize("kind", FNS)
 def test_gradcheck(path, kind):
     D = random_dense((6, 5), seed=7)
@@ -232,6 +254,71 @@ def test_large_values_and_infinities(path):
     for kind in FNS:
         got, want = FNS[kind](A, -1), TORCH_FNS[kind](A, -1)
         torch.testing.assert_close(got.values(), want.values(), equal_nan=True)
+
+
+def _on_every_entry(layout, D, vals):
+    """An op's input storing every entry of the (n, m) D, with values `vals` in row-major
+    order ((n*m,) or (n*m, H)): a COO, a CSR or a SparseCSR."""
+    if layout == "coo":
+        return sparse_coo_tensor(D.to_sparse().indices(), vals, D.shape)
+    C = D.to_sparse_csr()
+    make = sparse_csr_tensor if layout == "csr" else SparseCSR
+    return make(C.crow_indices(), C.col_indices(), vals, D.shape)
+
+
+def _values(Y):
+    return Y.values if isinstance(Y, SparseCSR) else Y.values()
+
+
+ENTRY_LAYOUTS = {"coo": 1, "csr": 1, "SparseCSR": 1, "SparseCSR_2_heads": 2}    # layout -> heads
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("dim", [-1, -2])
+@pytest.mark.parametrize("layout", ENTRY_LAYOUTS)
+def test_float32_precision_kept_at_large_magnitude(path, kind, dim, layout):
+    """Values near +-1e7 in float32 (exact there, 1 ulp apart): each result is
+    (v - max) - log(sum), not v - (max + log(sum)), whose bracket rounded to float32
+    gives -2, -1, 0 for -2.41, -1.41, -0.41.  As torch.sparse's ops, and the float64
+    masked softmax within float32's precision, forward and the values' gradient."""
+    big = torch.tensor([[-1e7, -1e7 + 1, -1e7 + 2], [1e7, 1e7 - 1, 1e7 - 3]])
+    D = big if dim == -1 else big.t().contiguous()
+    H = ENTRY_LAYOUTS[layout]
+    V = torch.stack([D, -D], -1)[..., :H]                           # head 1: the values negated (exact)
+    vals = V.reshape(D.numel(), H).squeeze(-1) if H == 1 else V.reshape(D.numel(), H)
+    vals.requires_grad_()
+    y = _values(FNS[kind](_on_every_entry(layout, D, vals), dim))
+    torch.testing.assert_close(y.detach().reshape(D.numel(), H)[:, 0],
+                               TORCH_FNS[kind](D.to_sparse(), dim).values(), atol=1e-6, rtol=1e-6)
+    Vl = V.double().requires_grad_()
+    ref = torch.stack([masked_reference(Vl[..., h], dim, kind) for h in range(H)], -1)
+    torch.testing.assert_close(y.detach().reshape(ref.shape), ref.float(), atol=1e-6, rtol=1e-6)
+    W = torch.linspace(-1, 2, ref.numel(), dtype=torch.float64).reshape(ref.shape)
+    (ref * W).sum().backward()
+    (y * W.float().reshape(y.shape)).sum().backward()
+    torch.testing.assert_close(vals.grad.reshape(ref.shape), Vl.grad.float(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("dim", [-1, -2])
+@pytest.mark.parametrize("layout", ENTRY_LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_group_holding_inf_is_nan_throughout(path, kind, dim, layout, dtype):
+    """A row (column) holding +inf or NaN, or only -inf, is NaN throughout; a -inf beside
+    finite values takes no share (0; log: -inf): as torch.softmax / log_softmax (every
+    entry is stored here) and torch.sparse's ops."""
+    inf, nan = float("inf"), float("nan")
+    R = torch.tensor([[inf, 1, 2], [-inf, 1, 2], [-inf, -inf, -inf], [inf, inf, 1], [inf, -inf, 1],
+                      [nan, 1, 2], [1, 2, 3]], dtype=dtype)
+    D = R if dim == -1 else R.t().contiguous()
+    H = ENTRY_LAYOUTS[layout]
+    V = torch.stack([D, -D], -1)[..., :H]                           # head 1: +inf and -inf swapped
+    vals = V.reshape(D.numel(), H).squeeze(-1) if H == 1 else V.reshape(D.numel(), H)
+    y = _values(FNS[kind](_on_every_entry(layout, D, vals), dim))
+    dense = torch.log_softmax if kind == "log_softmax" else torch.softmax
+    want = torch.stack([dense(V[..., h], dim) for h in range(H)], -1)
+    torch.testing.assert_close(y.reshape(want.shape), want, equal_nan=True)
+    torch.testing.assert_close(want[..., 0], TORCH_FNS[kind](D.to_sparse(), dim).to_dense(), equal_nan=True)
 
 
 @pytest.mark.parametrize("kind", FNS)
@@ -337,6 +424,19 @@ def test_malformed_structure_is_a_value_error(route, monkeypatch):
         sparse_softmax(torch.sparse_coo_tensor(torch.tensor([[0, 2]]).t(), vals[:1], (2, 2)))
 
 
+@pytest.mark.parametrize("dim", [-1, -2])
+def test_coo_flagged_coalesced_with_a_repeated_index_raises(path, dim):
+    """A COO built with is_coalesced=True that holds a position twice (or its columns out
+    of order in a row) is the "malformed sparse matrix" ValueError that sparse_mm raises,
+    not the softmax of its duplicates taken as separate entries."""
+    for col in ([0, 2, 2], [0, 2, 1]):
+        A = torch.sparse_coo_tensor(torch.tensor([[0, 1, 1], col]), torch.tensor([1.0, 2.0, 3.0]), (3, 3),
+                                    is_coalesced=True)
+        for fn in FNS.values():
+            with pytest.raises(ValueError, match="malformed sparse matrix"):
+                fn(A, dim)
+
+
 def test_kernels_check_their_arrays():
     from torchsparsegradutils import _C
     A = random_dense((4, 3), seed=14).to_sparse_csr()
@@ -419,8 +519,8 @@ def multi_head(kind, dtype=torch.float64, heads=3, seed=20):
 @pytest.mark.parametrize("layout", ["csr", "batched_csr", "batched_coo"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_multi_head_is_each_head_on_its_own(path, kind, layout, dtype):
-    """Head h of an (nnz, H) SparseCSR: the single-head op on values[..., h] (over rows,
-    its bits), and the masked dense softmax of that head; its gradient, dense autograd's."""
+    """Head h of an (nnz, H) SparseCSR: the single-head op on values[..., h] (its bits),
+    and the masked dense softmax of that head; its gradient, dense autograd's."""
     S, dense = multi_head(layout, dtype)
     mask = dense_of(S._replace(values=torch.ones_like(S.values[..., 0]))) != 0
     for dim in (-1, -2):
@@ -428,10 +528,7 @@ def test_multi_head_is_each_head_on_its_own(path, kind, layout, dtype):
         Y = FNS[kind](S._replace(values=w), dim).values
         for h in range(S.values.shape[-1]):
             one = FNS[kind](S._replace(values=S.values[..., h].contiguous()), dim).values
-            if dim == -1:
-                assert torch.equal(Y[..., h].detach(), one)
-            else:       # one head's column softmax: by the log-sum-exp kernels; several: the transpose's rows
-                torch.testing.assert_close(Y[..., h].detach(), one, **TOL[dtype])
+            assert torch.equal(Y[..., h].detach(), one)
         G = torch.randn(Y.shape, generator=torch.Generator().manual_seed(3), dtype=dtype)
         (Y * G).sum().backward()
         Dw = dense.double().masked_fill(~mask[..., None], 0.0).requires_grad_()

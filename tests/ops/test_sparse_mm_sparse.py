@@ -13,6 +13,7 @@ import pytest
 import torch
 from conftest import (SANITIZED, compressed_positions, dense_product, num_threads, run_child, seeded,
                       shared_pattern_dense, to_sparse)
+from support.spgemm import operand, pattern_product
 
 from torchsparsegradutils import SparseCSR, _backends, _C, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core.native import STATUS
@@ -20,24 +21,6 @@ from torchsparsegradutils._core.native import STATUS
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
        torch.float16: dict(rtol=4e-3, atol=4e-3), torch.bfloat16: dict(rtol=3e-2, atol=3e-2)}
 LAYOUTS = ["coo", "coo_uncoalesced", "csr", "SparseCSR"]
-
-
-def operand(D: torch.Tensor, layout: str, itype=torch.int64):
-    """D as a sparse operand in `layout` (LAYOUTS), and the leaf values it holds."""
-    if layout == "SparseCSR":
-        S = SparseCSR.from_torch(D.to_sparse_csr() if D.dim() == 2 else D.to_sparse())
-        values = S.values.clone().requires_grad_()
-        return S._replace(values=values), values
-    A = to_sparse(D, layout, itype, seeded("operand", layout))
-    values = (A._values() if A.layout == torch.sparse_coo else A.values()).detach().clone().requires_grad_()
-    if A.layout == torch.sparse_coo:
-        return torch.sparse_coo_tensor(A._indices(), values, A.shape, is_coalesced=A.is_coalesced()), values
-    return sparse_csr_tensor(A.crow_indices(), A.col_indices(), values, A.shape), values
-
-
-def pattern_product(DA: torch.Tensor, DB: torch.Tensor) -> torch.Tensor:
-    """Where A @ B stores an entry: a stored A[i,j] meets a stored B[j,c] (sums that cancel kept)."""
-    return ((DA != 0).double() @ (DB != 0).double()) != 0
 
 
 def stored(C):

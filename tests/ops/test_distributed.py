@@ -22,7 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conftest import num_threads
-from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_norm
+from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_adjacency
 
 STEPS, N, F = 4, 40, 6
 COLLECTIVE_TIMEOUT_S = 30     # a gloo collective waiting longer raises in the worker
@@ -45,7 +45,7 @@ class _Model(torch.nn.Module):
 def _data():
     gen = torch.Generator().manual_seed(1)
     edge_index = torch.randint(0, N, (2, 120), generator=gen)
-    return torch.randn(N, F, generator=gen), gcn_norm(edge_index, N), torch.randint(0, 3, (N,), generator=gen)
+    return torch.randn(N, F, generator=gen), gcn_adjacency(edge_index, N), torch.randint(0, 3, (N,), generator=gen)
 
 
 def _loss(model, x, A, y, nodes):

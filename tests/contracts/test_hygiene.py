@@ -5,6 +5,7 @@ inputs unchanged, reference counts stable over many calls, in-place edits betwee
 forward and backward detected (or harmless), the same bits for 1 and 2 threads (16-bit
 values too, where an op takes them), and malformed structure a ValueError, never a
 crash (run in a child process)."""
+import contextlib
 import gc
 import json
 import os
@@ -13,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import (HYPERSPARSE, OPS, SANITIZED, Spec, child_outcomes, malformed_cases, num_threads, run_case,
                       run_child)
@@ -164,19 +166,88 @@ BITS = _params((op, str(dtype).split(".")[-1]) for op in OPS
                for dtype in (op.large.dtype,) + tuple(d for d in op.dtypes if d.itemsize == 2))
 
 
+@contextlib.contextmanager
+def kernel_threads(t: int):
+    """Our kernels on t threads, PyTorch's own ops on one.  The kernels take their thread
+    count from torch.get_num_threads() at each call (README, Threads); PyTorch's ops take
+    theirs from ATen, which that Python name does not reach.  Yields the counts handed out,
+    so that a test can check the kernels asked."""
+    asked = []
+
+    def ours():
+        asked.append(t)
+        return t
+    with num_threads(1), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "get_num_threads", ours)
+        yield asked
+
+
+# PyTorch's dense matrix products on 1 and 2 threads (op.dense_products): MKL's float64
+# results differ by 3e-14 to 7e-13 on Intel hosts (AMD ones happen to agree)
+DENSE_PRODUCT_TOL = {torch.float64: 1e-12, torch.float32: 1e-5}
+
+
 @pytest.mark.parametrize("op,dtype", BITS)
 def test_same_bits_for_1_and_2_threads(op, dtype):
-    """op.large is big enough that every kernel splits its work across two threads."""
+    """op.large is big enough that every kernel splits its work across two threads.
+
+    The promise is our kernels': the same bits for any thread count.  An op with
+    dense_products (the nn layers) also runs PyTorch's dense matrix products (its linear
+    maps: the forward x W^T, and the weight gradient, a sum over every node), whose bits
+    are PyTorch's (MKL's, on Intel hosts) and may change with the thread count.  For those,
+    PyTorch's ops stay on one thread while only our kernels are given 1 and then 2 threads
+    (kernel_threads), so every output and gradient is still compared bit for bit and any
+    difference is ours; then the whole op on 1 and 2 threads of PyTorch's too agrees within
+    DENSE_PRODUCT_TOL of each tensor's largest magnitude."""
+    _check_same_bits(op, dtype)
+
+
+def _check_same_bits(op, dtype):
     op.fn()
     case = op.make(replace(op.large, dtype=getattr(torch, dtype)))
+    threads = kernel_threads if op.dense_products else num_threads
     results = []
     for t in (1, 2):
-        with num_threads(t):
+        with threads(t) as asked:
             results.append(run_case(case))
+        assert asked is None or t in asked, "the kernels never asked for their thread count"
     (out1, grads1), (out2, grads2) = results
     assert all(torch.equal(x, y) for x, y in zip(out1, out2))
     assert grads1.keys() == grads2.keys()
     assert all(torch.equal(grads1[k], grads2[k]) for k in grads1)
+    if op.dense_products:
+        with num_threads(2):
+            out, grads = run_case(case)
+        for got, want in list(zip(out, out1)) + [(grads[k], grads1[k]) for k in grads1]:
+            tol = DENSE_PRODUCT_TOL[want.dtype]
+            torch.testing.assert_close(got, want, rtol=tol, atol=tol * float(want.abs().max()))
+
+
+class _ThreadDependentProducts(TorchDispatchMode):
+    """PyTorch's dense matrix products as MKL computes them on an Intel host: their float64
+    bits change with ATen's thread count (here by one unit in the last place on 2)."""
+    PRODUCTS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in self.PRODUCTS and torch._C.get_num_threads() > 1:
+            out = out * (1 + torch.finfo(out.dtype).eps)
+        return out
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op.dense_products], ids=lambda op: op.name)
+def test_same_bits_check_holds_where_pytorchs_products_depend_on_threads(op):
+    """The check above on an Intel-like host (simulated on any): it passes for the layers,
+    while comparing them bit for bit with PyTorch's own thread count changed would fail."""
+    op.fn()
+    with _ThreadDependentProducts():
+        _check_same_bits(op, "float64")
+        case = op.make(replace(op.large, dtype=torch.float64))
+        with num_threads(1):
+            out1, _ = run_case(case)
+        with num_threads(2):
+            out2, _ = run_case(case)
+    assert not all(torch.equal(x, y) for x, y in zip(out1, out2))
 
 
 _PORTABLE_CHILD = """
@@ -197,8 +268,9 @@ def test_portable_kernels_agree(op, dtype, tmp_path):
     here) give the AVX2 kernels' results within the op's tolerance, on op.large."""
     op.fn()
     path = str(tmp_path / "portable.pt")
-    r = run_child(_PORTABLE_CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)), name=op.name,
-                                         dtype=dtype, path=path), env={"TSGU_PORTABLE": "1"})
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))       # where conftest.py is
+    r = run_child(_PORTABLE_CHILD.format(tests=tests, name=op.name, dtype=dtype, path=path),
+                  env={"TSGU_PORTABLE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     out_p, grads_p = torch.load(path)
     out, grads = run_case(op.make(replace(op.large, dtype=getattr(torch, dtype))))

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch.distributed as dist
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CORA = ROOT.parent / "shared" / "data" / "cora.npz"
 
 

@@ -22,7 +22,7 @@ USER = "--- the user's own calls ---"
 # given a torch CSR tensor: the user's construction of one would spend the CSR warning)
 OURS = {
     "gcn_norm_to_torch": """
-        A = tsgu.nn.gcn_norm(torch.tensor([[0, 1, 2], [1, 2, 0]]), 3)
+        A = tsgu.nn.gcn_adjacency(torch.tensor([[0, 1, 2], [1, 2, 0]]), 3)
         w = A.values.clone().requires_grad_()
         sparse_mm(A._replace(values=w).to_torch(), torch.randn(3, 2)).sum().backward()
         """,

@@ -1,14 +1,15 @@
 """sparse_mm on CUDA tensors, beyond the correctness grid of test_sparse_mm.py (which runs
-on the device too): our CUDA kernels (csrc/cuda/) and the torch-ops fallback that builds
-without nvcc take, with strided operands, float64 gradcheck, malformed structures,
-memory, streams, and same bits across runs.  Every test skips without a CUDA device.
+on the device too): our CUDA kernels (csrc/cuda/), our Triton kernels (_backends/triton/)
+and the torch-ops fallback that builds without nvcc or triton take, with strided
+operands, float64 gradcheck, malformed structures, memory, streams, and same bits
+across runs.  Every test skips without a CUDA device.
 
 The references are test_sparse_mm's, moved to the device."""
 import pytest
 import torch
-from test_sparse_mm import TOL, check_against_dense, grads_of, make_case
+from support.mm import TOL, check_against_dense, grads_of, make_case
 
-from torchsparsegradutils import SparseCSR, _C, sparse_csr_tensor, sparse_mm
+from torchsparsegradutils import SparseCSR, _backends, _C, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core import native
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -16,12 +17,16 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 DEV = "cuda"
 
 
-@pytest.fixture(params=["cuda_kernels", "torch_ops"])
+@pytest.fixture(params=["cuda_kernels", "triton", "torch_ops"])
 def path(request, monkeypatch):
-    """Each test through our CUDA kernels and through the torch-ops fallback."""
+    """Each test through our CUDA kernels, our Triton kernels (where triton imports) and
+    the torch-ops fallback (our CUDA and Triton kernels both off)."""
     if request.param == "cuda_kernels" and not _C.cuda:
         pytest.skip("built without nvcc: no CUDA kernels")
+    if request.param == "triton":
+        pytest.importorskip("triton")
     monkeypatch.setattr(native, "cuda_enabled", request.param == "cuda_kernels")
+    monkeypatch.setattr(_backends, "triton_enabled", request.param == "triton")
     return request.param
 
 
@@ -174,12 +179,14 @@ def test_malformed_coo_raises(path, coalesced):
 
 
 def test_coo_flagged_coalesced_but_unsorted_raises():
-    if not _C.cuda:
-        pytest.skip("the torch-ops fallback trusts the flag")
-    idx = torch.tensor([[1, 0], [0, 2]], device=DEV)
-    A = torch.sparse_coo_tensor(idx, torch.ones(2, device=DEV), (2, 3), is_coalesced=True)
-    with pytest.raises(ValueError, match="not sorted by row"):
-        sparse_mm(A, torch.ones(3, 2, device=DEV))
+    """On the device (our kernels, or the torch-ops checks without them), as on the CPU."""
+    for idx, match in (([[1, 0], [0, 2]], "not sorted by row"),
+                       ([[0, 0], [2, 2]], "sorted and unique within each row")):
+        A = torch.sparse_coo_tensor(torch.tensor(idx, device=DEV), torch.ones(2, device=DEV), (2, 3),
+                                    is_coalesced=True)
+        for B in (torch.ones(3, 2, device=DEV), torch.ones(3, 2, device=DEV, requires_grad=True)):
+            with pytest.raises(ValueError, match=match):
+                sparse_mm(A, B)
 
 
 def test_structure_checked_once_per_adjacency():
@@ -244,10 +251,11 @@ def test_compiled_sparse_csr_operand(path):
     """torch.compile(fullgraph=True) of sparse_mm on a SparseCSR on the device, with
     backward, gives the eager result."""
     A, B, G, D = on_device(*make_case("csr", True, 30, 40, 17, 200, torch.float32, torch.int64))
-    crow, col = A.crow_indices(), A.col_indices()
+    # the shape read outside f: Dynamo takes no sparse tensor (A) into the compiled function
+    crow, col, shape = A.crow_indices(), A.col_indices(), tuple(A.shape)
 
     def f(w, B):
-        return sparse_mm(SparseCSR(crow, col, w, tuple(A.shape)), B)
+        return sparse_mm(SparseCSR(crow, col, w, shape), B)
 
     results = []
     for fn in (f, torch.compile(f, fullgraph=True)):

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 from conftest import random_dense
-from test_sparse_mm import dense_reference, make_case
+from support.mm import dense_reference, make_case
 
 from torchsparsegradutils import (sampled_addmm, sparse_bidir_logsumexp, sparse_coo_tensor, sparse_csr_tensor,
                                   sparse_generic_lstsq, sparse_generic_solve, sparse_log_softmax, sparse_logsumexp,

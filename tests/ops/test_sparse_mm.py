@@ -12,7 +12,8 @@ import sys
 
 import pytest
 import torch
-from conftest import HALF_DTYPES, LAYOUTS, SANITIZED, child_outcomes, random_dense, run_child, seeded, to_sparse
+from conftest import LAYOUTS, SANITIZED, child_outcomes, random_dense, run_child, seeded
+from support.mm import HALF, TOL, check_against_dense, dense_reference, grads_of, make_case
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _backends, sparse_csr_tensor, sparse_mm
@@ -22,54 +23,6 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 # ---------------------------------------------------------------- inputs
-def make_case(layout, batched, n, m, p, nnz, dtype, itype, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    b = 3 if batched else 1
-    D = random_dense(b, n, m, nnz, dtype, gen)
-    if not batched:
-        D = D[0]
-    A = to_sparse(D, layout, itype, gen)
-    B = torch.randn(*D.shape[:-2], m, p, generator=gen, dtype=dtype)
-    G = torch.randn(*D.shape[:-2], n, p, generator=gen, dtype=dtype)
-    return A, B, G, D
-
-
-def dense_reference(D, B, G):
-    Dd = D.clone().requires_grad_()
-    Bd = B.clone().requires_grad_()
-    C = Dd @ Bd
-    C.backward(G)
-    return C.detach(), Dd.grad, Bd.grad
-
-
-def check_against_dense(A, B, G, D, tol):
-    A = A.detach().requires_grad_()
-    B = B.clone().requires_grad_()
-    C = sparse_mm(A, B)
-    C.backward(G)
-    Cr, gDr, gBr = dense_reference(D, B.detach(), G)
-    torch.testing.assert_close(C, Cr, **tol)
-    torch.testing.assert_close(B.grad, gBr, **tol)
-    gA = A.grad
-    assert gA.layout == A.layout and gA.shape == A.shape
-    pattern = (D != 0).to(D.dtype) if A.layout == torch.sparse_csr else \
-        torch.sparse_coo_tensor(A.detach().coalesce().indices(),
-                                torch.ones(A.detach().coalesce()._nnz(), dtype=D.dtype, device=D.device),
-                                D.shape).to_dense()
-    torch.testing.assert_close(gA.to_dense(), gDr * pattern, **tol)
-    # the gradient lives on A's (coalesced) pattern, nowhere else
-    if A.layout == torch.sparse_coo:
-        Ac = A.detach().coalesce()
-        assert gA._nnz() == Ac._nnz()
-        assert torch.equal(gA._indices(), Ac.indices())
-    else:
-        assert torch.equal(gA.crow_indices(), A.crow_indices())
-        assert torch.equal(gA.col_indices(), A.col_indices())
-    return C
-
-
-TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.float64: dict(rtol=1e-10, atol=1e-10)}
-
 GRID = [
     # layout, batched, itype
     ("coo", False, torch.int64), ("coo_uncoalesced", False, torch.int64), ("coo_unflagged", False, torch.int64),
@@ -86,8 +39,8 @@ ROUTES = [("cpu", "kernels"), ("cpu", "torch_ops"), ("cuda", "kernels"), ("cuda"
 
 @pytest.fixture(params=ROUTES, ids=["-".join(r) for r in ROUTES])
 def route(request, monkeypatch):
-    """The correctness grid's device and route: our kernels (C on the CPU, CUDA on the
-    GPU) and PyTorch's ops (what CUDA takes in a build without nvcc; forced on the
+    """The correctness grid's device and route: our kernels (C on the CPU, CUDA and Triton
+    on the GPU) and PyTorch's ops (what CUDA takes in a build without nvcc; forced on the
     CPU).  Returns the device; the CUDA routes skip without a GPU."""
     device, via = request.param
     if device == "cuda":
@@ -96,6 +49,7 @@ def route(request, monkeypatch):
         if via == "kernels" and not tsgu._C.cuda:
             pytest.skip("built without nvcc: no CUDA kernels")
         monkeypatch.setattr(native, "cuda_enabled", via == "kernels")
+        monkeypatch.setattr(_backends, "triton_enabled", via == "kernels")   # torch_ops: no Triton either
     else:
         monkeypatch.setattr(_backends, "force_torch_ops", via == "torch_ops")
     return device
@@ -458,7 +412,6 @@ def test_bilinear_form_huge_n_small_memory():
 # The kernels sum 16-bit products in float32 and round once: against float64
 # sums of the same (rounded) inputs they differ by the final rounding (half a
 # unit in the last place, 2^-11 and 2^-8 relative) and float32's own error.
-HALF = list(HALF_DTYPES)
 ROUNDED_TOL = {torch.float16: dict(rtol=2 ** -10, atol=1e-5), torch.bfloat16: dict(rtol=2 ** -7, atol=1e-4)}
 
 
@@ -472,15 +425,6 @@ def rounded_case(layout, batched, n, m, p, nnz, dtype, itype, seed):
     ones = torch.sparse_coo_tensor(S.indices(), torch.ones(S._nnz()), S.shape) if A.layout == torch.sparse_coo \
         else torch.sparse_csr_tensor(S.crow_indices(), S.col_indices(), torch.ones(S.values().shape), S.shape)
     return A, B, G, S.to_dense().double(), ones.to_dense().double()
-
-
-def grads_of(A, B, G):
-    """C = sparse_mm(A, B) and its gradients for dL/dC = G, all dense."""
-    Ar, Br = A.detach().requires_grad_(), B.clone().requires_grad_()
-    C = sparse_mm(Ar, Br)
-    C.backward(G)
-    assert Ar.grad.dtype == Br.grad.dtype == C.dtype == A.dtype
-    return C.detach(), Ar.grad.to_dense(), Br.grad
 
 
 def float64_reference(D, mask, B, G):

@@ -7,7 +7,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from torchsparsegradutils import SparseCSR, sparse_mm, sparse_triangular_solve
-from torchsparsegradutils.nn import gcn_norm
+from torchsparsegradutils.nn import gcn_adjacency
 
 
 def _dense(batch, n=6, m=5, seed=0):
@@ -249,7 +249,7 @@ def _built(way):
         return S._replace(values=_csr_of(D, w).values()), w, lambda w: _csr_of(D, w).to_dense()
     assert way == "gcn_norm"
     edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 1], [1, 2, 3, 4, 5, 0, 4]])
-    S = gcn_norm(edge_index, 6, dtype=torch.float64)
+    S = gcn_adjacency(edge_index, 6, dtype=torch.float64)
     w = S.values.clone().requires_grad_()
     return S._replace(values=w), w, lambda w: S._replace(values=w).to_torch().to_dense()
 

@@ -1,0 +1,85 @@
+"""The Triton kernels of fused graph attention (graph_attention, GATConv), forced on CPU
+tensors under Triton's interpreter, against the C route: outputs, attention weights and
+the gradients w.r.t. x, score_src and score_dst (through out and alpha), one head and
+several, with an empty row, a hub row and a hub source longer than a block of entries;
+dropout with the same mask for the same seed (the C kernels' counter hash); large
+scores; a GATConv training step.  Skipped without triton; `pytest -k triton`."""
+import pytest
+import torch
+from conftest import both_routes, seeded
+
+import torchsparsegradutils as tsgu
+from torchsparsegradutils import _backends
+from torchsparsegradutils.nn import GATConv
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+TOL = {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float64: dict(rtol=1e-12, atol=1e-12)}
+
+
+def _case(n, m, H, F, dtype, gen, spread=1.0):
+    """Adjacency (n, m) CSR: row 0 empty, row 1 full (a hub row), column 0 in every row
+    but the first (a hub source), the rest about 30% full; x, s, d."""
+    keep = torch.rand(n, m, generator=gen) < 0.3
+    keep[:, 0], keep[0], keep[1] = True, False, True
+    A = keep.to(dtype).to_sparse_csr()
+    x = torch.randn(m, H, F, generator=gen, dtype=dtype)
+    s = torch.randn(m, H, generator=gen, dtype=dtype) * spread
+    d = torch.randn(n, H, generator=gen, dtype=dtype) * spread
+    return A, x, s, d
+
+
+def _run(route, A, x, s, d, dropout=0.0):
+    def fn(x, s, d):
+        torch.manual_seed(11)             # the dropout seed, drawn from PyTorch's generator
+        return tsgu.graph_attention(A, x, s, d, dropout=dropout, return_attention=True)
+    return both_routes(route, fn, [x.requires_grad_(), s.requires_grad_(), d.requires_grad_()])
+
+
+@pytest.mark.parametrize("dtype,H,F,dropout", [(torch.float64, 3, 5, 0.0), (torch.float64, 3, 5, 0.4),
+                                               (torch.float32, 1, 4, 0.0), (torch.float32, 8, 8, 0.25)])
+def test_triton_gat_matches_c(triton_route, dtype, H, F, dropout):
+    gen = seeded("triton_gat", str(dtype), H, F, dropout)
+    c, t = _run(triton_route, *_case(20, 24, H, F, dtype, gen), dropout=dropout)
+    for a, b in zip(c, t):
+        torch.testing.assert_close(b, a, **TOL[dtype])
+
+
+def test_triton_gat_dropout_mask_is_the_c_kernels(triton_route):
+    """The same seed drops the same (entry, head) pairs on both routes, and the draw
+    agrees with _backends.gat_dropped (the torch-ops route's)."""
+    gen = seeded("triton_gat_mask")
+    A, x, s, d = _case(12, 16, 4, 2, torch.float64, gen)
+    c, t = _run(triton_route, A, x, s, d, dropout=0.5)
+    alpha_c, alpha_t = c[1], t[1]
+    assert torch.equal(alpha_c == 0, alpha_t == 0) and 0 < int((alpha_t == 0).sum()) < alpha_t.numel()
+    torch.manual_seed(11)
+    seed = torch.randint(-2**63, 2**63 - 1, (1,), dtype=torch.int64)
+    assert torch.equal(alpha_t == 0, _backends.gat_dropped(seed, *alpha_t.shape, round(0.5 * 2**24)))
+
+
+def test_triton_gat_large_scores(triton_route):
+    """Scores of a few hundred: the softmax's shift keeps every weight finite."""
+    gen = seeded("triton_gat_large")
+    c, t = _run(triton_route, *_case(10, 20, 2, 3, torch.float64, gen, spread=300.0))
+    assert all(bool(v.isfinite().all()) for v in t)
+    for a, b in zip(c, t):
+        torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-10)
+
+
+def test_triton_gatconv_step(triton_route):
+    """A GATConv layer's output and its parameters' gradients, on both routes."""
+    gen = seeded("triton_gatconv")
+    A, _, _, _ = _case(16, 16, 1, 1, torch.float64, gen)
+    feats = torch.randn(16, 6, generator=gen, dtype=torch.float64)
+    results = []
+    for on in (False, True):
+        triton_route(on)
+        torch.manual_seed(3)
+        layer = GATConv(6, 4, heads=2, dropout=0.3).double()
+        torch.manual_seed(4)
+        out = layer(feats, A)
+        out.square().sum().backward()
+        results.append([out.detach()] + [p.grad for p in layer.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, **TOL[torch.float64])
