@@ -7,18 +7,19 @@ csrc/gat_grad_scores.c (the gradient back through the sum, the softmax and Leaky
 row by row) and csrc/gat_grad_src.c (the sums over each source node, without atomics),
 called through _backends.gat / gat_grad; other devices take the same steps through
 PyTorch gathers and index_add (with (nnz, H, F) temporaries).  Everything goes through
-the custom operator tsgu::gat (_ops.py), which torch.compile traces on a SparseCSR.
+the custom operator tsgu::gat (_ops/gat.py), which torch.compile traces on a SparseCSR.
 """
 from typing import Tuple, Union
 
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only
 from ._core.view import CSRView, check_arrays
+from ._ops.gat import gat
 
 __all__ = ["graph_attention"]
 
@@ -93,7 +94,7 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
         view = CSRView(adjacency.crow_indices, adjacency.col_indices, None, 1, *adjacency.size, adjacency.shape)
     else:
         view = _pattern(adjacency)
-    out, alpha = _ops.gat(view, x, score_src, score_dst, seed, drop, scale, float(negative_slope))
+    out, alpha = gat(view, x, score_src, score_dst, seed, drop, scale, float(negative_slope))
     if not return_attention:
         return out
     if drop:

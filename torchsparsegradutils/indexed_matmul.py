@@ -9,13 +9,13 @@ walks the groups: csrc/grouped_mm.c for the forward product and grad_a
 relation, without atomics and without an N x D1 x D2 temporary).  Other
 devices (CUDA) take the same grouping through PyTorch ops.  The kernels are
 the custom operators tsgu::group_rows, tsgu::grouped_mm and tsgu::grouped_mm_tn
-(_ops.py), so both functions compile with torch.compile(fullgraph=True).
+(_ops/grouped.py), so both functions compile with torch.compile(fullgraph=True).
 """
 import re
 
 import torch
 
-from . import _ops
+from ._ops.grouped import group_rows, grouped_mm
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
@@ -78,7 +78,7 @@ def segment_mm(a: torch.Tensor, b: torch.Tensor, seglen_a: torch.Tensor) -> torc
         total = int(off[-1])
         if total != N:
             raise ValueError(f"seglen_a must sum to the number of rows of a ({N}), got {total}")
-    return _ops.grouped_mm(off, None, a, b)
+    return grouped_mm(off, None, a, b)
 
 
 def gather_mm(a: torch.Tensor, b: torch.Tensor, idx_b: torch.Tensor) -> torch.Tensor:
@@ -134,8 +134,8 @@ def gather_mm(a: torch.Tensor, b: torch.Tensor, idx_b: torch.Tensor) -> torch.Te
         lo, hi = int(idx_b.min()), int(idx_b.max())
         if lo < 0 or hi >= R:
             raise ValueError(f"idx_b must lie in [0, R) = [0, {R}), got values from {lo} to {hi}")
-    off, perm = _ops.group_rows(idx_b, R)
-    return _ops.grouped_mm(off, perm, a, b)
+    off, perm = group_rows(idx_b, R)
+    return grouped_mm(off, perm, a, b)
 
 
 def _check_torch_version() -> None:

@@ -10,7 +10,7 @@ gradients are the sparse products of the pattern holding G = dL/d(result values)
 ``grad_X = alpha * G @ Y^T`` (spmm) and ``grad_Y = alpha * X^T @ G`` (spmm_t, as
 ``(G^T @ X)^T``), and ``grad_A = beta * G`` at the pattern: no dense n x m and no
 nnz x k temporary.  A SparseCSR goes through the custom operator tsgu::sddmm
-(_ops.py), which torch.compile traces and which is differentiable to any order;
+(_ops/products.py), which torch.compile traces and which is differentiable to any order;
 a torch sparse tensor through the autograd Function SampledAddmm, run eagerly.
 """
 from numbers import Real
@@ -19,13 +19,14 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.undefined_grad import none_for_undefined
 from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only, refuse_create_graph
 from ._core.view import CSRView, check_arrays, kernel_array
+from ._ops.products import sddmm
 
 __all__ = ["sampled_addmm"]
 
@@ -88,7 +89,7 @@ def sampled_addmm(A: Union[Tensor, SparseCSR], X: Tensor, Y: Tensor, beta: float
         view = A.view()
         if heads:
             return A._replace(values=_multi_head(view, A.values, X, Y, beta, alpha))
-        return A._replace(values=_combine(A.values, _ops.sddmm(view, X, Y.mT), beta, alpha))
+        return A._replace(values=_combine(A.values, sddmm(view, X, Y.mT), beta, alpha))
     return _sampled_addmm_eager(A, X, Y, beta, alpha)
 
 
@@ -108,7 +109,7 @@ def _multi_head(view: CSRView, a: Tensor, X: Tensor, Y: Tensor, beta, alpha) -> 
     heads = CSRView(view.ptr.unsqueeze(0).expand(H, -1).contiguous(),
                     view.col.unsqueeze(0).expand(H, -1).contiguous(), None, H, view.nrows, view.ncols,
                     torch.Size((H, view.nrows, view.ncols)))
-    p = _ops.sddmm(heads, X, Y.mT).reshape(H, nnz).t()
+    p = sddmm(heads, X, Y.mT).reshape(H, nnz).t()
     return _combine(a, p, beta, alpha)
 
 

@@ -8,7 +8,7 @@ no transpose, no atomics) and csrc/lse_grad.c (the values gradient
 ``G[group] * exp(v - lse[group])`` written straight into place), called through
 _backends.lse / lse_grad.  Other devices (CUDA) take the same steps through PyTorch
 scatter ops.  A SparseCSR input goes through the custom operators tsgu::lse and
-tsgu::lse_grad (_ops.py), which torch.compile traces; a torch sparse tensor through
+tsgu::lse_grad (_ops/lse.py), which torch.compile traces; a torch sparse tensor through
 the autograd Function SparseLogSumExp, run eagerly.
 """
 from typing import Literal, Sequence, Union
@@ -16,13 +16,14 @@ from typing import Literal, Sequence, Union
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr, check_coo
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.undefined_grad import none_for_undefined
 from ._core.validate import constant_dim, eager_only, refuse_create_graph
 from ._core.view import HYPERSPARSE_ROWS_PER_ENTRY, check_arrays
+from ._ops.lse import lse
 
 __all__ = ["sparse_logsumexp", "sparse_bidir_logsumexp"]
 
@@ -181,7 +182,7 @@ def _reduce(input, mode: str, include_zeros: bool) -> Tensor:
     """The log-sum-exp with a batch axis (shapes: _backends.lse_shape): a SparseCSR
     through the custom op (traced by torch.compile), a torch sparse tensor eagerly."""
     if isinstance(input, SparseCSR):
-        return _ops.lse(input.view(), input.values, mode, include_zeros)
+        return lse(input.view(), input.values, mode, include_zeros)
     return SparseLogSumExp.apply(input, mode, include_zeros)
 
 

@@ -1,15 +1,18 @@
 """sparse_mm: sparse A times dense or sparse B, with gradients that stay sparse."""
 import torch
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr, on_rows
 from ._core.saved import load_operand, load_operands, save_operand, save_operands
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor, csr_tensor
 from ._core.undefined_grad import none_for_undefined
-from ._core.validate import (MM_DTYPES, check_operands, check_reduce, check_sparse_operands, eager_only,
-                             error, records_graph, refuse_create_graph)
+from ._core.validate import (check_mm, check_reduce, check_sparse_operands, eager_only, error, records_graph,
+                             refuse_create_graph)
 from ._core.view import CSRView, coo_from_values, csr_from_values, view_of
+from ._ops.arg import sddmm_arg, spmm_arg, spmm_t_arg
+from ._ops.products import sddmm, spmm, spmm_t
+from ._ops.spgemm import spgemm
 
 
 def sparse_mm(A, B, reduce: str = "sum"):
@@ -97,48 +100,31 @@ def sparse_mm(A, B, reduce: str = "sum"):
         different dtypes.
     """
     if reduce != "sum":
-        return _sparse_mm_reduce(A, B, reduce)
-    if not isinstance(B, torch.Tensor) or B.layout is not torch.strided:
+        check_reduce(reduce, B)
+    elif not isinstance(B, torch.Tensor) or B.layout is not torch.strided:
         if isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided):
             return _sparse_sparse_mm(A, B)
     if not isinstance(A, SparseCSR):
-        return _sparse_mm_torch(A, B)
-    shape = _check(A, B)
+        return _sparse_mm_torch(A, B, reduce)
+    shape = check_mm(A, B)
     values = A.values
     if torch.compiler.is_compiling() or records_graph(values, B):
-        return _ops.spmm(A.view(), values, B)
-    # what the custom operator runs, without its dispatch (nothing to trace or record)
-    return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B)
-
-
-@eager_only
-def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    shape = _check(A, B)
-    if records_graph(A, B):
-        return SparseMatMul.apply(A, B)
-    # what the Function's forward does, without its view where the route allows
-    return _backends.spmm_tensor(A, B, shape)
-
-
-def _sparse_mm_reduce(A, B: torch.Tensor, reduce: str) -> torch.Tensor:
-    """sparse_mm with reduce other than "sum" (the same three routes as the product)."""
-    check_reduce(reduce, B)
-    if not isinstance(A, SparseCSR):
-        return _sparse_mm_reduce_torch(A, B, reduce)
-    shape = _check(A, B)
-    values = A.values
-    if torch.compiler.is_compiling() or records_graph(values, B):
-        if reduce == "mean":
-            return _ops.spmm(A.view(), values, B, mean=True)
-        return _ops.spmm_arg(A.view(), values, B, reduce == "amin")[0]
+        if reduce in ("sum", "mean"):
+            return spmm(A.view(), values, B, mean=reduce == "mean")
+        return spmm_arg(A.view(), values, B, reduce == "amin")[0]
+    if reduce == "sum":     # what the custom operator runs, without its dispatch (nothing to trace or record)
+        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B)
     return _reduce(view_of(A.crow_indices, A.col_indices, values, None, shape), B, reduce)
 
 
 @eager_only
-def _sparse_mm_reduce_torch(A: torch.Tensor, B: torch.Tensor, reduce: str) -> torch.Tensor:
-    _check(A, B)
+def _sparse_mm_torch(A: torch.Tensor, B: torch.Tensor, reduce: str) -> torch.Tensor:
+    shape = check_mm(A, B)
     if records_graph(A, B):
         return SparseMatMul.apply(A, B, reduce)
+    # what the Function's forward does, without its view where the route allows
+    if reduce == "sum":
+        return _backends.spmm_tensor(A, B, shape)
     return _reduce(as_csr(A, compress_rows=True), B, reduce)
 
 
@@ -148,14 +134,6 @@ def _reduce(view: CSRView, B: torch.Tensor, reduce: str) -> torch.Tensor:
     if reduce == "mean":
         return _backends.spmm(view, B, mean=True)
     return _backends.spmm_arg(view, B, reduce == "amin", need_arg=False)[0]
-
-
-def _check(A, B):
-    """sparse_mm's contract; returns A's shape."""
-    a_shape, b_shape = check_operands(A, B, "sparse_mm", MM_DTYPES)
-    if a_shape[-1] != b_shape[-2]:
-        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
-    return a_shape
 
 
 class SparseMatMul(torch.autograd.Function):
@@ -187,11 +165,11 @@ class SparseMatMul(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
             values = _values_of(A, view.values) if need_B else None
             if arg is not None:
-                grad_A = view.grad_like(_ops.sddmm_arg(view, arg, G, B)) if need_A else None
-                grad_B = _ops.spmm_t_arg(view, values, arg, G) if need_B else None
+                grad_A = view.grad_like(sddmm_arg(view, arg, G, B)) if need_A else None
+                grad_B = spmm_t_arg(view, values, arg, G) if need_B else None
             else:
-                grad_A = view.grad_like(_ops.sddmm(view, G, B, ctx.mean)) if need_A else None
-                grad_B = _ops.spmm_t(view, values, G, ctx.mean) if need_B else None
+                grad_A = view.grad_like(sddmm(view, G, B, ctx.mean)) if need_A else None
+                grad_B = spmm_t(view, values, G, ctx.mean) if need_B else None
         elif arg is not None:
             grad_A = view.grad_like(_backends.sddmm_arg(view, arg, G, B)) if need_A else None
             grad_B = _backends.spmm_t_arg(view, arg, G) if need_B else None
@@ -210,7 +188,7 @@ def _sparse_sparse_mm(A, B):
     shape = torch.Size([*a_shape[:-1], b_shape[-1]])
     if isinstance(A, SparseCSR) or isinstance(B, SparseCSR):
         (a, a_values), (b, b_values) = _components(A), _components(B)
-        ptr, col, values = _ops.spgemm(a, a_values, b, b_values)
+        ptr, col, values = spgemm(a, a_values, b, b_values)
         return _product(SparseCSR, ptr, col, values, shape)
     return _sparse_sparse_torch(A, B, shape)
 

@@ -8,7 +8,7 @@ csrc/softmax_grad.c (``y * (g - sum g*y)``, or ``g - exp(y) * sum g`` for the lo
 called through _backends.softmax / softmax_grad; columns go through the pattern of the
 transpose (csrc/csr_transpose.c).  Other devices take the same steps through PyTorch
 scatter ops.  A SparseCSR input goes through the custom operators tsgu::softmax and
-tsgu::softmax_grad (_ops.py), which torch.compile traces and which are differentiable
+tsgu::softmax_grad (_ops/softmax.py), which torch.compile traces and which are differentiable
 to any order; a torch sparse tensor through the autograd Function SparseSoftmax, run
 eagerly.
 """
@@ -17,7 +17,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
@@ -25,6 +25,7 @@ from ._core.undefined_grad import none_for_undefined
 from ._core.validate import (HALF_DTYPES, SUPPORTED_DTYPES, constant_dim, dtype_names, eager_only,
                              refuse_create_graph)
 from ._core.view import check_arrays
+from ._ops.softmax import softmax
 
 __all__ = ["sparse_softmax", "sparse_log_softmax"]
 
@@ -103,7 +104,7 @@ def sparse_log_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tens
 def _softmax(A, dim, log: bool, name: str):
     by_rows = _check(A, dim, name)
     if isinstance(A, SparseCSR):
-        y = _ops.softmax(A.view(), A.values, by_rows, log)
+        y = softmax(A.view(), A.values, by_rows, log)
         return A._replace(values=y)
     return _softmax_eager(A, by_rows, log)
 

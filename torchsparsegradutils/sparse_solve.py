@@ -11,13 +11,16 @@ from typing import Callable, Optional
 
 import torch
 
-from . import _backends, _ops
+from . import _backends
 from ._core.intake import as_csr
 from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
 from ._core.torch_sparse import coo_tensor
 from ._core.undefined_grad import none_for_undefined
 from ._core.validate import check_operands, check_system, eager_only, error, records_graph, refuse_create_graph
+from ._core.view import op_args
+from ._ops.products import sddmm
+from ._ops.trisolve import trisolve, trisolve_backward
 from .utils.minres import minres
 
 
@@ -80,7 +83,7 @@ def sparse_triangular_solve(A, B: torch.Tensor, upper: bool = True,
     shape = _check_solve_args(A, B)
     values = A.values
     if torch.compiler.is_compiling() or records_graph(values, B):
-        return _ops.trisolve(A.view(), values, B, *flags)
+        return trisolve(A.view(), values, B, *flags)
     # what the custom operator runs, without its dispatch (nothing to trace or record)
     return _backends.trisolve_arrays(A.crow_indices, A.col_indices, values, shape, B, *flags)
 
@@ -125,7 +128,7 @@ class SparseTriangularSolve(torch.autograd.Function):
         view, _, (X,) = load_operand(ctx)
         if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):
             return None, None, None, None, None
-        g, grad_B = _ops.trisolve_backward(_ops.op_args(view), view.values, X, G, ctx.flags,
+        g, grad_B = trisolve_backward(op_args(view), view.values, X, G, ctx.flags,
                                            ctx.needs_input_grad[0])
         grad_A = view.grad_like(g) if g is not None else None
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None
@@ -261,6 +264,6 @@ class SparseGenericSolve(torch.autograd.Function):
         grad_B = SparseGenericSolve.apply(A, G, solve, transpose_solve, kwargs, not transposed, view.to_torch())
         grad_A = None
         if ctx.needs_input_grad[0]:
-            g = _ops.sddmm(view, X, grad_B) if transposed else _ops.sddmm(view, grad_B, X)
+            g = sddmm(view, X, grad_B) if transposed else sddmm(view, grad_B, X)
             grad_A = view.grad_like(-g)
         return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None, None, None, None

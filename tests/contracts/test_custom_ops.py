@@ -8,6 +8,7 @@ import torch
 
 from torchsparsegradutils import SparseCSR, _backends, _ops, gather_mm, segment_mm, sparse_bidir_logsumexp, sparse_logsumexp
 from torchsparsegradutils._core.intake import as_csr
+from torchsparsegradutils._core.view import op_args
 
 OPS = [torch.ops.tsgu.spmm.default, torch.ops.tsgu.spmm_t.default, torch.ops.tsgu.sddmm.default]
 
@@ -48,7 +49,7 @@ def _args(kind: str, requires_grad: bool):
 @pytest.mark.parametrize("op", OPS, ids=lambda op: op.name())
 def test_opcheck(op, kind):
     _, view, a, X, Y = _args(kind, True)
-    pattern = _ops.op_args(view)
+    pattern = op_args(view)
     args = {"tsgu::spmm": (a, X), "tsgu::spmm_t": (a, Y), "tsgu::sddmm": (Y, X)}[op._schema.name]
     torch.library.opcheck(op, (*pattern, *args))
 
@@ -89,7 +90,7 @@ def test_trisolve_op(batched, layout, transpose):
     view = as_csr(A)
     a = view.values.clone().requires_grad_()
     B = torch.randn(*A.shape[:-1], 2, dtype=torch.float64, requires_grad=True)
-    torch.library.opcheck(torch.ops.tsgu.trisolve.default, (*_ops.op_args(view), a, B, False, False, transpose))
+    torch.library.opcheck(torch.ops.tsgu.trisolve.default, (*op_args(view), a, B, False, False, transpose))
     M = A.to_dense().transpose(-2, -1) if transpose else A.to_dense()
     torch.testing.assert_close(_ops.trisolve(view, a, B, False, False, transpose), torch.linalg.solve(M, B))
     assert torch.autograd.gradgradcheck(lambda a, B: _ops.trisolve(view, a, B, False, False, transpose), (a, B))

@@ -138,9 +138,9 @@ def test_sage_max_of_zero_counts_pyg_start_value_like_pyg():
 def test_sage_max_gradient_matches_pyg_with_many_ties(block, monkeypatch):
     """Small integer features (ties everywhere, zeros among them) on a random graph with
     repeated edges: PyG's gradient, in one block of rows and in blocks of 7 products."""
-    from torchsparsegradutils.nn import _aggr
+    from torchsparsegradutils._ops import aggr
     if block is not None:
-        monkeypatch.setattr(_aggr, "_BLOCK", block)
+        monkeypatch.setattr(aggr, "_BLOCK", block)
     gen = seeded("sage max ties", block)
     x = torch.randint(-2, 3, (30, 4), generator=gen).to(torch.float64)
     ours, theirs, sparse, theirs_on_pattern = _sage_max_grads_like_pyg(x, torch.randint(0, 30, (2, 120), generator=gen))

@@ -18,6 +18,7 @@ from conftest import HALF_DTYPES, child_outcomes, entry_indices, num_threads, ra
 
 from torchsparsegradutils import SparseCSR, _ops, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core.intake import as_csr
+from torchsparsegradutils._core.view import op_args
 
 REDUCE = ["mean", "amax", "amin"]
 HAS_CUDA = torch.cuda.is_available()
@@ -439,7 +440,7 @@ def test_opcheck(kind):
     """torch.library.opcheck of the reduce operators: schema, fake tensors, autograd
     registration and AOT dispatch with dynamic shapes."""
     view, a, X, G = _op_operands(kind)
-    pattern = _ops.op_args(view)
+    pattern = op_args(view)
     _, arg = _ops.spmm_arg(view, a.detach(), X.detach(), False)
     checks = [(torch.ops.tsgu.spmm.default, (*pattern, a, X, True)),
               (torch.ops.tsgu.spmm_t.default, (*pattern, a, G, True)),

@@ -156,6 +156,15 @@ def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
     return a_shape, b_shape
 
 
+def check_mm(A, B, name: str = "sparse_mm"):
+    """sparse_mm's contract for a dense B: check_operands (MM_DTYPES), and A's columns
+    B's rows; returns A's shape."""
+    a_shape, b_shape = check_operands(A, B, name, MM_DTYPES)
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
+    return a_shape
+
+
 def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
     """Sparse @ sparse: A and B each a sparse COO/CSR tensor (n, m) or (b, n, m) without
     dense dims, or a SparseCSR; both 2D or both 3D with one batch size, A's columns B's

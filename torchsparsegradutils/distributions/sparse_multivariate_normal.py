@@ -44,11 +44,11 @@ from torch.distributions import constraints
 from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .. import _ops
 from .._core.intake import as_csr, checked_view
 from .._core.saved import accumulate_batched_csr_grads, values_guard
 from .._core.torch_sparse import coo_tensor
 from .._core.view import entry_rows
+from .._ops.products import spmm_t
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
 from ..sparse_tensor import sparse_csr_tensor
@@ -147,7 +147,7 @@ def _transposed_mv(F: torch.Tensor, values: torch.Tensor, x: torch.Tensor) -> to
     """``F^T x`` for every vector of x (as in :func:`_batch_sparse_mv`), differentiable
     w.r.t. F's ``values`` and x, without forming F^T."""
     view = as_csr(F.detach())
-    return _batch_sparse_mv(lambda A, Y: _ops.spmm_t(view, values, Y), F, x)
+    return _batch_sparse_mv(lambda A, Y: spmm_t(view, values, Y), F, x)
 
 
 def _check_factor(name: str, F, n: int, dtype) -> torch.Tensor:

@@ -6,7 +6,7 @@ Importing this package imports triton: _backends/__init__.py does so lazily, onl
 when a route asks for it, so the package itself imports without triton.  Each module
 has the signatures of the cpu and torch_ops backends for the ops it covers; the
 route is chosen in _backends/__init__.py, and the ops stay the torch.library custom
-ops of _ops.py (with their fake implementations).  Every kernel writes each output
+ops of _ops/ (with their fake implementations).  Every kernel writes each output
 element from one program: no atomics, so the results do not depend on scheduling;
 sums over columns go through the transpose's pattern (_common.transpose).
 """

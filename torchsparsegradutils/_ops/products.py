@@ -1,0 +1,107 @@
+"""The products: S(a) X, S(a)^T Y and the sampled products at S's stored entries.
+
+With S the pattern of a sparse operand (see the package's docstring) holding values `a`:
+    tsgu::spmm(a, X)   = S(a) X
+    tsgu::spmm_t(a, Y) = S(a)^T Y
+    tsgu::sddmm(U, V)  = (dot(U[i,:], V[j,:]) at every stored (i, j))
+        (each with mean=True for D^-1 S(a), D the rows' entry counts: reduce="mean")
+Each one's backward is made of the others:
+    spmm:     da = sddmm(G, X),   dX = spmm_t(a, G)
+    spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
+    sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
+"""
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from .. import _backends
+from .._core.view import CSRView, check_arrays, op_args, view_of
+
+
+@torch.library.custom_op("tsgu::spmm", mutates_args=())
+def _spmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, X: Tensor,
+          mean: bool = False) -> Tensor:
+    return _backends.spmm(view_of(ptr, col, a, rows, shape), X, mean)
+
+
+@torch.library.custom_op("tsgu::spmm_t", mutates_args=())
+def _spmm_t(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], a: Tensor, Y: Tensor,
+            mean: bool = False) -> Tensor:
+    return _backends.spmm_t(view_of(ptr, col, a, rows, shape), Y, mean)
+
+
+@torch.library.custom_op("tsgu::sddmm", mutates_args=())
+def _sddmm(ptr: Tensor, col: Tensor, rows: Optional[Tensor], shape: List[int], U: Tensor, V: Tensor,
+           mean: bool = False) -> Tensor:
+    return _backends.sddmm(view_of(ptr, col, None, rows, shape), U, V, mean)
+
+
+@_spmm.register_fake
+def _(ptr, col, rows, shape, a, X, mean=False):
+    check_arrays(ptr, col, a, shape, rows)
+    return X.new_empty((*shape[:-1], X.shape[-1]))
+
+
+@_spmm_t.register_fake
+def _(ptr, col, rows, shape, a, Y, mean=False):
+    check_arrays(ptr, col, a, shape, rows)
+    return Y.new_empty((*shape[:-2], shape[-1], Y.shape[-1]))
+
+
+@_sddmm.register_fake
+def _(ptr, col, rows, shape, U, V, mean=False):
+    check_arrays(ptr, col, None, shape, rows)
+    return U.new_empty(col.shape)
+
+
+def _setup(ctx, inputs, output):
+    ptr, col, rows, shape, x, y, mean = inputs
+    ctx.shape, ctx.mean = shape, mean
+    ctx.save_for_backward(ptr, col, rows, x, y)
+
+
+# mean: the matrix is D^-1 S(a) in all three, so each one's backward keeps it
+def _spmm_backward(ctx, G):
+    ptr, col, rows, a, X = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    da = _sddmm(*pattern, G, X, ctx.mean) if ctx.needs_input_grad[4] else None
+    dX = _spmm_t(*pattern, a, G, ctx.mean) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, da, dX, None
+
+
+def _spmm_t_backward(ctx, G):
+    ptr, col, rows, a, Y = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    da = _sddmm(*pattern, Y, G, ctx.mean) if ctx.needs_input_grad[4] else None
+    dY = _spmm(*pattern, a, G, ctx.mean) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, da, dY, None
+
+
+def _sddmm_backward(ctx, gg):
+    ptr, col, rows, U, V = ctx.saved_tensors
+    pattern = (ptr, col, rows, ctx.shape)
+    dU = _spmm(*pattern, gg, V, ctx.mean) if ctx.needs_input_grad[4] else None
+    dV = _spmm_t(*pattern, gg, U, ctx.mean) if ctx.needs_input_grad[5] else None
+    return None, None, None, None, dU, dV, None
+
+
+_spmm.register_autograd(_spmm_backward, setup_context=_setup)
+_spmm_t.register_autograd(_spmm_t_backward, setup_context=_setup)
+_sddmm.register_autograd(_sddmm_backward, setup_context=_setup)
+
+
+def spmm(view: CSRView, a: Tensor, X: Tensor, mean: bool = False) -> Tensor:
+    """S(a) X on view's pattern (D^-1 S(a) X with mean), differentiable in a and X."""
+    return _spmm(*op_args(view), a, X, mean)
+
+
+def spmm_t(view: CSRView, a: Tensor, Y: Tensor, mean: bool = False) -> Tensor:
+    """S(a)^T Y on view's pattern ((D^-1 S(a))^T Y with mean), differentiable in a and Y."""
+    return _spmm_t(*op_args(view), a, Y, mean)
+
+
+def sddmm(view: CSRView, U: Tensor, V: Tensor, mean: bool = False) -> Tensor:
+    """(dot(U[i,:], V[j,:]) at view's stored (i, j), divided by row i's entry count
+    with mean), differentiable in U and V."""
+    return _sddmm(*op_args(view), U, V, mean)
