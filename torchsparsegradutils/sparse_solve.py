@@ -1,7 +1,7 @@
 """Solves with a sparse A whose gradient w.r.t. A stays sparse.
 
-sparse_triangular_solve: substitution in C (csrc/trisolve.c) on the CPU, level-scheduled
-                         Triton kernels on CUDA (_backends/triton/trisolve.py), forward
+sparse_triangular_solve: substitution in C (csrc/trisolve.c) on the CPU, a sync-free
+                         Triton kernel on CUDA (_backends/triton/trisolve.py), forward
                          and backward.
 sparse_generic_solve:    any iterative solver (default MINRES), backward by the
                          adjoint solve, differentiable again (create_graph=True).

@@ -1,8 +1,9 @@
-"""The level-scheduled Triton triangular solve (_backends/triton/trisolve.py), forced on
+"""The sync-free Triton triangular solve (_backends/triton/trisolve.py), forced on
 CPU tensors under Triton's interpreter, against the C route: values and gradients
 (A's values and B) for upper and lower, unit and stored diagonals, transposed, batched
 (CSR and COO), a hub row longer than a block of entries and a chain of dependencies
-(a level per row); the levels analysed once per structure (cached), the kernel's
+(a row waits for the one before), NaN in B (stored canonical, never the sentinel the
+kernel waits on); the plan made once per structure (cached), the kernel's
 errors, and SparseCSR's custom op under torch.compile(fullgraph=True).  Skipped
 without triton (conftest's triton_route); `pytest -k triton` selects them."""
 import importlib
@@ -78,7 +79,7 @@ def test_triton_trisolve_batched(triton_route, layout):
 
 @pytest.mark.parametrize("transpose", [False, True], ids=["plain", "transposed"])
 def test_triton_trisolve_float32_chain(triton_route, transpose):
-    """A bidiagonal A: every row waits for the one before (n levels), one right-hand side."""
+    """A bidiagonal A: every row waits for the one before, one right-hand side."""
     gen = seeded("triton_trisolve_chain", transpose)
     n = 10
     D = torch.diag(2 + torch.rand(n, generator=gen)) + torch.diag(torch.randn(n - 1, generator=gen), -1)
@@ -88,14 +89,33 @@ def test_triton_trisolve_float32_chain(triton_route, transpose):
     _check(c, t, TOL[torch.float32])
 
 
-def test_triton_trisolve_levels_analysed_once(triton_route, monkeypatch):
-    """The levels (and structure checks) of one structure and flags are analysed once,
-    whatever its values; a new structure, or the other flags (the backward's transposed
-    solve), analyses again."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_triton_trisolve_nan_in_b(triton_route, dtype):
+    """A NaN in B, also one with the bits of the kernel's sentinel, gives the C route's
+    NaN rows (and the rows after them, which read them)."""
+    tri = importlib.import_module("torchsparsegradutils._backends.triton.trisolve")
+    gen = seeded("triton_trisolve_nan", str(dtype))
+    D = _tri(1, 12, False, False, torch.float64, gen, hub=False)[0].to(dtype)
+    S, fn = _solve_fn(D[None], "csr", False, False, False)
+    B = torch.randn(12, 3, generator=gen, dtype=dtype)
+    itype, bits = tri._SENTINEL[dtype]
+    B[2, 0] = torch.tensor(bits, dtype=itype).view(dtype)
+    B[7, 1] = float("nan")
+    c, t = both_routes(triton_route, fn, [S.values(), B])
+    assert bool(c[0].isnan().any())
+    assert torch.equal(c[0].isnan(), t[0].isnan())
+    assert not bool((t[0].view(itype) == bits).any())
+    torch.testing.assert_close(t[0], c[0], equal_nan=True, **TOL[dtype])
+
+
+def test_triton_trisolve_plan_made_once(triton_route, monkeypatch):
+    """The plan (structure checks, the transpose's pattern) of one structure and flags is
+    made once, whatever its values; a new structure, or the other flags (the backward's
+    transposed solve), makes another."""
     tri = importlib.import_module("torchsparsegradutils._backends.triton.trisolve")   # the module, not the op
     calls = []
-    real = tri._levels
-    monkeypatch.setattr(tri, "_levels", lambda *a: calls.append(1) or real(*a))
+    real = tri._plan
+    monkeypatch.setattr(tri, "_plan", lambda *a: calls.append(1) or real(*a))
     monkeypatch.setattr(intake, "DERIVED", intake._Cache(16))
     gen = seeded("triton_trisolve_cache")
     S = _tri(1, 9, True, False, torch.float64, gen)[0].to_sparse_csr()

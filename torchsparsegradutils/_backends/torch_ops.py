@@ -44,13 +44,34 @@ def global_csr(A: CSRView):
     return A2, rows, cols
 
 
+def global_matrix(A: CSRView) -> torch.Tensor:
+    """global_csr's matrix alone: for an unbatched A, A's own arrays, with no pass over
+    its entries."""
+    if A.ptr.dim() == 2 or A.batch != 1:
+        return global_csr(A)[0]
+    if A.coo_indices is None:
+        check_structure(A)
+    vals = A.values.reshape(-1) if A.values is not None else torch.ones(A.col.numel(), device=A.ptr.device)
+    return csr_tensor(A.ptr.long(), A.col.long(), vals, (A.nrows, A.ncols))
+
+
+def _columns_increase(ptr: torch.Tensor, col: torch.Tensor) -> bool:
+    """Whether the columns of every row of (ptr, col) increase: one pass, one synchronisation."""
+    nnz = col.numel()
+    if nnz < 2:
+        return True
+    starts = torch.zeros(nnz + 1, dtype=torch.bool, device=col.device)
+    starts[ptr] = True                          # entry e opens a row: e and e - 1 may descend
+    return not bool(((col[1:] <= col[:-1]) & ~starts[1:nnz]).any())
+
+
 # ---------------------------------------------------------------- products (sparse_mm)
 def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """C = A @ B for every batch item (with mean: (D^-1 A) @ B, D the rows' entry counts)."""
     if B.dtype in _HALF:
         return spmm(A._replace(values=A.values.float()), B.float(), mean).to(B.dtype)
     p = B.shape[-1]
-    A2, _, _ = global_csr(_row_mean(A) if mean else A)
+    A2 = global_matrix(_row_mean(A) if mean else A)
     C = torch.sparse.mm(A2, B.reshape(A.batch * A.ncols, p))
     return C.reshape((A.batch, A.nrows, p) if B.dim() == 3 else (A.nrows, p))
 
@@ -211,21 +232,22 @@ def spgemm_csr(A: CSRView, B: CSRView, coo: bool = False):
     unsorted)."""
     if A.values.dtype in _HALF:
         return spgemm(A, B, coo)
-    A2, B2 = global_csr(A)[0], global_csr(B)[0]
+    A2, B2 = global_matrix(A), global_matrix(B)
     C2 = torch.sparse.mm(A2, B2) if A2.shape[0] and B2.shape[1] else \
         csr_tensor(torch.zeros(A2.shape[0] + 1, dtype=torch.int64, device=A2.device),
                    torch.zeros(0, dtype=torch.int64, device=A2.device), A2.values()[:0], (A2.shape[0], B2.shape[1]))
     ptr, col, values = C2.crow_indices().long(), C2.col_indices().long(), C2.values()
+    if not _columns_increase(ptr, col):                             # PyTorch's CPU product leaves rows unsorted
+        order = torch.argsort(entry_rows(ptr) * B2.shape[1] + col)
+        col, values = col.index_select(0, order), values.index_select(0, order)
+    if len(A.shape) == 2:
+        return ptr, torch.stack([entry_rows(ptr), col]) if coo else col, values
     n, m = A.nrows, B.ncols
     rows = entry_rows(ptr)
-    key = rows * B2.shape[1] + col
-    if key.numel() > 1 and bool((key[1:] <= key[:-1]).any()):     # PyTorch's CPU product leaves rows unsorted
-        order = torch.argsort(key)
-        col, values = col.index_select(0, order), values.index_select(0, order)
     k = rows // n if n else rows
     col = col - k * m
     if coo:
-        col = torch.stack([k, rows - k * n, col] if len(A.shape) == 3 else [rows, col])
+        col = torch.stack([k, rows - k * n, col])
     return ptr, col, values
 
 

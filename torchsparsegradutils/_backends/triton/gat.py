@@ -36,11 +36,12 @@ def _weights(alpha, e, h, H, seedp, drop, scale, DROP: tl.constexpr):
 
 
 @triton.jit
-def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, scale, slope, alpha, out, H, F, DROP: tl.constexpr,
+def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, out, H, F, DROP: tl.constexpr,
                         BE: tl.constexpr, BH: tl.constexpr, BF: tl.constexpr, ACC: tl.constexpr):
     """Row i: alpha[e, h] = softmax over the row of LeakyReLU(s[j, h] + d[i, h]), and
     out[i, h, :] = sum over the row of the dropped-out alpha times x[j, h, :]."""
     i = tl.program_id(0)
+    scale, slope = tl.load(consts), tl.load(consts + 1)
     h = tl.arange(0, BH)
     f = tl.arange(0, BF)
     hm = h < H
@@ -85,13 +86,14 @@ def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, scale, slope, alpha, out
 
 
 @triton.jit
-def _gat_grad_rows_kernel(ptr, col, x, s, d, seedp, drop, scale, slope, alpha, G, galpha, dz, gd, H, F,
+def _gat_grad_rows_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, G, galpha, dz, gd, H, F,
                           DROP: tl.constexpr, HAS_GALPHA: tl.constexpr, BE: tl.constexpr, BH: tl.constexpr,
                           BF: tl.constexpr, ACC: tl.constexpr):
     """Row i: ga[e, h] = (dropped-out) dot(G[i, h], x[j, h]) + galpha[e, h]; the softmax's
     gradient alpha (ga - sum over the row of alpha ga) through LeakyReLU into dz[e, h],
     and gd[i, h] = its sum over the row.  dz holds ga between the two passes."""
     i = tl.program_id(0)
+    scale, slope = tl.load(consts), tl.load(consts + 1)
     h = tl.arange(0, BH)
     f = tl.arange(0, BF)
     hm = h < H
@@ -133,11 +135,12 @@ def _gat_grad_rows_kernel(ptr, col, x, s, d, seedp, drop, scale, slope, alpha, G
 
 
 @triton.jit
-def _gat_grad_src_kernel(tptr, trow, perm, seedp, drop, scale, alpha, G, dz, gx, gs, H, F, DROP: tl.constexpr,
+def _gat_grad_src_kernel(tptr, trow, perm, seedp, drop, consts, alpha, G, dz, gx, gs, H, F, DROP: tl.constexpr,
                          BE: tl.constexpr, BH: tl.constexpr, BF: tl.constexpr, ACC: tl.constexpr):
     """Source j (column j's entries e = perm[..], rows i = trow[..], in row order):
     gx[j, h, :] = sum of the dropped-out alpha[e, h] G[i, h, :], gs[j, h] = sum of dz[e, h]."""
     jj = tl.program_id(0)
+    scale = tl.load(consts)
     h = tl.arange(0, BH)
     f = tl.arange(0, BF)
     hm = h < H
@@ -164,6 +167,13 @@ def _gat_grad_src_kernel(tptr, trow, perm, seedp, drop, scale, alpha, G, dz, gx,
     tl.store(gs + jj * H + h, g.to(gs.dtype.element_ty), mask=hm)
 
 
+def _consts(x: torch.Tensor, scale: float, slope: float) -> torch.Tensor:
+    """(scale, slope) on x's device in the kernels' accumulation type: a float argument
+    reaches a Triton kernel as float32, which would round float64's LeakyReLU slope."""
+    return torch.tensor([scale, slope], dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
+                        device=x.device)
+
+
 def _blocks(x: torch.Tensor):
     _, H, F = x.shape
     return dict(BE=BLOCK_E, BH=block(H), BF=block(F), ACC=acc_type(x.dtype))
@@ -178,7 +188,7 @@ def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, dro
     out = torch.empty(n, H, F, dtype=x.dtype, device=x.device)
     alpha = torch.empty(P.col.shape[0], H, dtype=x.dtype, device=x.device)
     if n and H:
-        _gat_forward_kernel[(n,)](P.ptr, P.col, x, s, d, seed, drop, scale, slope, alpha, out, H, F,
+        _gat_forward_kernel[(n,)](P.ptr, P.col, x, s, d, seed, drop, _consts(x, scale, slope), alpha, out, H, F,
                                   DROP=bool(drop), **_blocks(x))
     return out, alpha
 
@@ -194,9 +204,10 @@ def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed
     if not (H and P.col.numel()):
         return gx, gs, gd
     G = G.contiguous()
-    _gat_grad_rows_kernel[(n,)](P.ptr, P.col, x, s, d, seed, drop, scale, slope, alpha, G, galpha, dz, gd, H, F,
+    consts = _consts(x, scale, slope)
+    _gat_grad_rows_kernel[(n,)](P.ptr, P.col, x, s, d, seed, drop, consts, alpha, G, galpha, dz, gd, H, F,
                                 DROP=bool(drop), HAS_GALPHA=galpha is not None, **_blocks(x))
     tptr, trow, perm = transpose(P)
-    _gat_grad_src_kernel[(m,)](tptr, trow, perm, seed, drop, scale, alpha, G, dz, gx, gs, H, F, DROP=bool(drop),
+    _gat_grad_src_kernel[(m,)](tptr, trow, perm, seed, drop, consts, alpha, G, dz, gx, gs, H, F, DROP=bool(drop),
                                **_blocks(x))
     return gx, gs, gd

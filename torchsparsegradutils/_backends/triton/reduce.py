@@ -70,7 +70,7 @@ def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """C = A @ B for every batch item (with mean: D^-1 A @ B)."""
     P = pattern(A)
     C = _out(A, B, A.nrows)
-    _spmm_launch(P.ptr, P.col, None, P.values, None, _rows2(B), C.view(-1, C.shape[-1]), 1 if mean else 0)
+    _spmm_launch(P.ptr, P.col, None, P.values, None, _rows2(B), item_rows(C), 1 if mean else 0)
     return C
 
 
@@ -79,7 +79,7 @@ def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
     P = pattern(A)
     tptr, trow, perm = transpose(P)
     out = _out(A, G, A.ncols)
-    _spmm_launch(tptr, trow, perm, P.values, P.ptr, _rows2(G), out.view(-1, out.shape[-1]), 2 if mean else 0)
+    _spmm_launch(tptr, trow, perm, P.values, P.ptr, _rows2(G), item_rows(out), 2 if mean else 0)
     return out
 
 
