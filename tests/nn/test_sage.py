@@ -337,7 +337,7 @@ class _SAGEModel(torch.nn.Module):
         return self.conv2(self.conv1(x, A).relu(), A)
 
 
-@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+@pytest.mark.parametrize("aggr", [*SAGE_AGGRS, "min", ["mean", "max", "min"]], ids=str)
 def test_sage_conv_fullgraph_compile_on_a_sparse_csr(aggr):
     """fullgraph=True (no graph break) on a SparseCSR adjacency: outputs and parameter
     gradients as eager."""
