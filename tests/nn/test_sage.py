@@ -278,9 +278,29 @@ def test_sage_conv_after_double_and_a_state_dict_round_trip():
 
 
 def test_sage_conv_errors():
-    for bad in ("max_pool", "lstm", "amax", None, ["mean"]):
+    for bad in ("max_pool", "lstm", "std", "amax", None, ["mean", "softmax"], torch.nn.Identity()):
         with pytest.raises(ValueError, match="'mean', 'max', 'sum'"):
             SAGEConv(2, 2, aggr=bad)
+    with pytest.raises(ValueError, match="empty"):
+        SAGEConv(2, 2, aggr=[])
+    with pytest.raises(ValueError, match="'attn'"):
+        SAGEConv(2, 2, aggr=["mean", "max"], aggr_kwargs=dict(mode="attn"))
+    with pytest.raises(ValueError, match="in_channels and out_channels"):
+        SAGEConv(2, 2, aggr=["mean", "max"], aggr_kwargs=dict(mode="proj"))
+    with pytest.raises(ValueError, match="several aggregations"):
+        SAGEConv(2, 2, aggr=["mean"], aggr_kwargs=dict(mode="proj", mode_kwargs=dict(in_channels=2, out_channels=2)))
+    with pytest.raises(ValueError, match="take no options"):
+        SAGEConv(2, 2, aggr=["mean", "max"], aggr_kwargs=dict(aggrs_kwargs=[{}, dict(learn=True)]))
+    with pytest.raises(ValueError, match="one dict per aggregation"):
+        SAGEConv(2, 2, aggr=["mean", "max"], aggr_kwargs=dict(aggrs_kwargs=[{}]))
+    with pytest.raises(ValueError, match="aggr_kwargs is for a list aggr"):
+        SAGEConv(2, 2, aggr="mean", aggr_kwargs=dict(mode="cat"))
+    with pytest.raises(ValueError, match="lazy"):
+        SAGEConv(-1, 2, project=True)
+    with pytest.raises(ValueError, match="in_channels"):
+        SAGEConv((2, 3, 4), 2)
+    with pytest.raises(TypeError, match="node_dim"):
+        SAGEConv(2, 2, node_dim=0)
     conv = SAGEConv(2, 2)
     x = torch.randn(3, 2)
     for bad in (torch.tensor([0, 1]), torch.tensor([[0, 1], [1, 0], [0, 0]])):
@@ -295,6 +315,17 @@ def test_sage_conv_errors():
         conv(torch.randn(2, 3, 2), torch.tensor([[0], [1]]))
     with pytest.raises(ValueError, match=r"shape \(n, 2\)"):
         conv(torch.randn(3, 4).to_sparse(), torch.tensor([[0], [1]]))
+    with pytest.raises(ValueError, match=r"size\[0\] = 4"):
+        conv(x, torch.tensor([[0], [1]]), size=(4, 3))
+    with pytest.raises(ValueError, match="pair"):
+        conv(x, torch.tensor([[0], [1]]), size=(3,))
+    with pytest.raises(ValueError, match="x_source must be given"):
+        conv((None, x), torch.tensor([[0], [1]]))
+    adj_t = torch.sparse_coo_tensor(torch.tensor([[0], [1]]), torch.ones(1), (3, 4))
+    with pytest.raises(ValueError, match="source columns"):
+        conv(x, adj_t)
+    with pytest.raises(ValueError, match=r"\(n_target, n_source\) = \(2, 3\)"):
+        conv((x, None), torch.sparse_coo_tensor(torch.tensor([[0], [1]]), torch.ones(1), (3, 3)), size=(3, 2))
 
 
 class _SAGEModel(torch.nn.Module):
@@ -306,7 +337,7 @@ class _SAGEModel(torch.nn.Module):
         return self.conv2(self.conv1(x, A).relu(), A)
 
 
-@pytest.mark.parametrize("aggr", SAGE_AGGRS)
+@pytest.mark.parametrize("aggr", [*SAGE_AGGRS, "min", ["mean", "max", "min"]], ids=str)
 def test_sage_conv_fullgraph_compile_on_a_sparse_csr(aggr):
     """fullgraph=True (no graph break) on a SparseCSR adjacency: outputs and parameter
     gradients as eager."""
@@ -315,3 +346,148 @@ def test_sage_conv_fullgraph_compile_on_a_sparse_csr(aggr):
     ei = torch.randint(0, n, (2, 160), generator=gen)
     A, reduce = sage_adjacency(ei, n, "max")                       # ones: every reduce on it is PyG's
     assert_compiles_like_eager(_SAGEModel(aggr), torch.randn(n, 6, generator=gen), A)
+
+
+# ---------------------------------------------------------------- PyG's SAGEConv signature, against PyG itself
+ALL_AGGRS = ["mean", "sum", "add", "max", "min", ["mean", "max", "sum", "min"]]
+
+
+def _pyg_pair(*args, **kwargs):
+    """PyG's SAGEConv(*args, **kwargs) in float64 and ours with its state_dict loaded (strict)."""
+    gnn = pytest.importorskip("torch_geometric.nn")
+    theirs = gnn.SAGEConv(*args, **kwargs).double()
+    ours = SAGEConv(*args, **kwargs).double()
+    ours.load_state_dict(theirs.state_dict())
+    assert str(ours) == str(theirs)
+    return ours, theirs
+
+
+def _assert_matches_pyg(ours, theirs, x, edge_index, gen, **kwargs):
+    """ours(x, edge_index, **kwargs) equals theirs' output, and the gradients w.r.t. every
+    tensor of x and every parameter (by name) for one random G.  Returns the output."""
+    leaves = [t for t in (x if isinstance(x, tuple) else (x,)) if t is not None and t.requires_grad]
+    a, b = theirs(x, edge_index, **kwargs), ours(x, edge_index, **kwargs)
+    torch.testing.assert_close(b, a)
+    G = torch.randn(a.shape, dtype=a.dtype, generator=gen)
+    ours_p, theirs_p = dict(ours.named_parameters()), dict(theirs.named_parameters())
+    assert sorted(ours_p) == sorted(theirs_p)
+    names = sorted(theirs_p)
+    mine = torch.autograd.grad(b, leaves + [ours_p[k] for k in names], G, allow_unused=True, materialize_grads=True)
+    pyg = torch.autograd.grad(a, leaves + [theirs_p[k] for k in names], G, allow_unused=True, materialize_grads=True)
+    for what, g, r in zip([f"x[{i}]" for i in range(len(leaves))] + names, mine, pyg):
+        torch.testing.assert_close(g, r, msg=lambda m, w=what: f"gradient of {w}: {m}")
+    return a
+
+
+@pytest.mark.parametrize("aggr", ALL_AGGRS, ids=str)
+@pytest.mark.parametrize("project, normalize", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("channels", [(5, 3), (3, 5)])     # weights first / aggregation first
+def test_sage_conv_every_aggr_matches_pyg(aggr, project, normalize, channels):
+    """Output and every gradient (x and each parameter) equal PyG's, float64, on SAGE_EDGES
+    (a repeated edge, a self loop, nodes without in-neighbours); project's ReLU gives
+    zeros, so max / min ties at 0 too.  And on x made sparse."""
+    gen = seeded("sage pyg", str(aggr), project, normalize, channels)
+    i, o = channels
+    torch.manual_seed(0)
+    ours, theirs = _pyg_pair(i, o, aggr=aggr, project=project, normalize=normalize)
+    x = torch.randn(6, i, dtype=torch.float64, generator=gen, requires_grad=True)
+    out = _assert_matches_pyg(ours, theirs, x, SAGE_EDGES, gen)
+    torch.testing.assert_close(ours(x.detach().to_sparse(), SAGE_EDGES), out.detach())
+
+
+@pytest.mark.parametrize("aggr", ALL_AGGRS, ids=str)
+@pytest.mark.parametrize("project", [False, True])
+def test_sage_conv_bipartite_every_aggr_matches_pyg(aggr, project):
+    """(x_source, x_target) and (x_source, None) with size, 5 sources -> 4 targets, a
+    repeated edge and target 3 without neighbours."""
+    gen = seeded("sage bipartite pyg", str(aggr), project)
+    ei = torch.tensor([[0, 4, 2, 2, 1, 2], [1, 0, 2, 1, 1, 1]])
+    torch.manual_seed(0)
+    ours, theirs = _pyg_pair((4, 3), 2, aggr=aggr, project=project)
+    xs = torch.randn(5, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    xt = torch.randn(4, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    _assert_matches_pyg(ours, theirs, (xs, xt), ei, gen)
+    _assert_matches_pyg(ours, theirs, (xs, xt), ei, gen, size=(5, 4))
+    out = _assert_matches_pyg(ours, theirs, (xs, None), ei, gen, size=(5, 4))
+    assert out.shape == (4, 2)
+
+
+@pytest.mark.parametrize("aggr", ALL_AGGRS, ids=str)
+@pytest.mark.parametrize("layout", ["csc", "coo", "csr"])
+@pytest.mark.filterwarnings("ignore:Converting sparse tensor to CSR")          # PyG's, on a COO or CSC adj_t
+def test_sage_conv_torch_sparse_adj_t_matches_pyg(aggr, layout):
+    """PyG's adj_t (n_target, n_source) as its tests build it (to_torch_csc_tensor(...).t()
+    and to_torch_coo_tensor(...).t().coalesce()), and a CSR one: PyG's output on it and on
+    edge_index (no repeated edge), bipartite too; x's gradient PyG's."""
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor
+    gen = seeded("sage adj_t", str(aggr), layout)
+    ei = torch.tensor([[0, 1, 2, 3, 3, 2, 5, 1], [1, 2, 3, 0, 1, 2, 3, 1]])
+    for (n_src, n_dst), x_dst in (((6, 6), True), ((6, 4), True), ((6, 4), False)):
+        torch.manual_seed(0)
+        ours, theirs = _pyg_pair(3, 2, aggr=aggr) if n_src == n_dst else _pyg_pair((3, 5), 2, aggr=aggr)
+        xs = torch.randn(n_src, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+        if n_src == n_dst:
+            x = xs
+        else:
+            x = (xs, torch.randn(n_dst, 5, dtype=torch.float64, generator=gen) if x_dst else None)
+        if layout == "coo":
+            adj_t = to_torch_coo_tensor(ei, size=(n_src, n_dst)).t().coalesce()
+        else:
+            adj_t = to_torch_csc_tensor(ei, size=(n_src, n_dst)).t()
+            adj_t = adj_t.to_sparse_csr() if layout == "csr" and adj_t.layout != torch.sparse_csr else adj_t
+        adj_t = adj_t.to(torch.float64)
+        expected = _assert_matches_pyg(ours, theirs, x, adj_t, gen)
+        torch.testing.assert_close(ours(x, ei, size=(n_src, n_dst)), expected)
+
+
+@pytest.mark.parametrize("mode", ["cat", "sum", "mean", "max", "min", "proj"])
+def test_sage_conv_multi_aggr_combine_modes_match_pyg(mode):
+    """Each supported MultiAggregation combine mode (with "proj"'s Linear in the
+    state_dict, aggr_module.lin), with aggrs_kwargs of empty dicts as PyG's test gives."""
+    gen = seeded("sage combine", mode)
+    kwargs = dict(mode=mode, aggrs_kwargs=[{}, {}, {}])
+    if mode == "proj":
+        kwargs["mode_kwargs"] = dict(in_channels=4, out_channels=6)
+    torch.manual_seed(0)
+    ours, theirs = _pyg_pair(4, 3, aggr=["max", "mean", "min"], aggr_kwargs=kwargs)
+    assert ours.lin_l.in_features == {"cat": 12, "proj": 6}.get(mode, 4)
+    x = torch.randn(6, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    _assert_matches_pyg(ours, theirs, x, SAGE_EDGES, gen)
+
+
+def test_sage_conv_state_dict_moves_both_ways():
+    """Every parameter PyG's layer has (project's lin, proj's aggr_module.lin, lin_l,
+    lin_r) loads strictly into ours and back, and both then agree."""
+    gnn = pytest.importorskip("torch_geometric.nn")
+    kwargs = dict(aggr=["sum", "max"], project=True,
+                  aggr_kwargs=dict(mode="proj", mode_kwargs=dict(in_channels=4, out_channels=5)))
+    torch.manual_seed(0)
+    theirs, ours = gnn.SAGEConv(4, 3, **kwargs).double(), SAGEConv(4, 3, **kwargs).double()
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    x = torch.randn(6, 4, dtype=torch.float64)
+    ours.load_state_dict(theirs.state_dict())
+    torch.testing.assert_close(ours(x, SAGE_EDGES), theirs(x, SAGE_EDGES))
+    ours.reset_parameters()
+    theirs.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(theirs(x, SAGE_EDGES), ours(x, SAGE_EDGES))
+    for m in ("lin", "lin_l", "lin_r", "aggr_module.lin"):
+        assert torch.equal(ours.get_submodule(m).weight, theirs.get_submodule(m).weight)
+
+
+@pytest.mark.parametrize("aggr", ["mean", ["max", "sum"]], ids=str)
+def test_sage_conv_lazy_in_channels(aggr):
+    """in_channels -1 (and -1 in a pair): lin_l and lin_r take their widths (the
+    concatenation's for a list aggr) on the first forward; PyG's state_dict then loads."""
+    gnn = pytest.importorskip("torch_geometric.nn")
+    gen = seeded("sage lazy", str(aggr))
+    x = torch.randn(6, 4, dtype=torch.float64, generator=gen)
+    ours = SAGEConv(-1, 3, aggr=aggr).double()
+    assert str(ours) == f"SAGEConv(-1, 3, aggr={aggr})"
+    assert ours(x, SAGE_EDGES).shape == (6, 3)
+    theirs = gnn.SAGEConv(4, 3, aggr=aggr).double()
+    ours.load_state_dict(theirs.state_dict())
+    torch.testing.assert_close(ours(x, SAGE_EDGES), theirs(x, SAGE_EDGES))
+    bip = SAGEConv((4, -1), 3, aggr=aggr).double()
+    assert bip((x, x[:4, :2]), SAGE_EDGES[:, SAGE_EDGES[1] < 4]).shape == (4, 3)
+    assert bip.lin_r.weight.shape == (3, 2)
