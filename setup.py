@@ -55,10 +55,27 @@ def gpu_archs(nvcc):
     return [a for a in wanted if a in supported] or wanted
 
 
+def _compile_in_parallel(compiler) -> None:
+    """Have `compiler` compile an extension's C files on every core, one file a job
+    (setuptools compiles them one after another)."""
+    serial = compiler.compile
+    if getattr(serial, "parallel", False):
+        return
+
+    def compile(sources, *args, **kwargs):
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            parts = list(pool.map(lambda src: serial([src], *args, **kwargs), sources))
+        return [obj for objs in parts for obj in objs]
+
+    compile.parallel = True
+    compiler.compile = compile
+
+
 class BuildExt(build_ext):
     """build_ext that first compiles csrc/cuda/*.cu with nvcc when CUDA was found."""
 
     def build_extension(self, ext):
+        _compile_in_parallel(self.compiler)
         cuda = find_cuda()
         if cuda:
             try:

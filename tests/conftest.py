@@ -1746,3 +1746,10 @@ def both_routes(route, fn, inputs, seed=0):
         results.append([o.detach() for o in outs] + grads)
     route(False)
     return results
+
+
+def pytest_make_parametrize_id(config, val, argname):
+    """A dtype's name in test ids (float32, int64, ...), so that `-k` can select by it."""
+    if isinstance(val, torch.dtype):
+        return str(val).removeprefix("torch.")
+    return None

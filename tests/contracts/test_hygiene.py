@@ -78,7 +78,7 @@ def test_reference_counts_stable(op):
     gc.collect()
     refs = [sys.getrefcount(t) for t in watched]
     tensors = sum(type(o) is torch.Tensor for o in gc.get_objects())
-    for _ in range(200):
+    for _ in range(50):                                 # a leak per step shows after one
         step()
     gc.collect()
     assert [sys.getrefcount(t) for t in watched] == refs
@@ -250,29 +250,42 @@ def test_same_bits_check_holds_where_pytorchs_products_depend_on_threads(op):
     assert not all(torch.equal(x, y) for x, y in zip(out1, out2))
 
 
+PORTABLE = [p for p in BITS if p.values[0].own_kernels]
 _PORTABLE_CHILD = """
 import sys
 from dataclasses import replace
 sys.path.insert(0, {tests!r})
 from conftest import OPS_BY_NAME, run_case
 assert tsgu._C.simd() == "portable", tsgu._C.simd()
-op = OPS_BY_NAME[{name!r}]
-torch.save(run_case(op.make(replace(op.large, dtype=getattr(torch, {dtype!r})))), {path!r})
+results = {{}}
+for name, dtype in {pairs!r}:
+    op = OPS_BY_NAME[name]
+    results[name, dtype] = run_case(op.make(replace(op.large, dtype=getattr(torch, dtype))))
+torch.save(results, {path!r})
 """
 
 
-@pytest.mark.skipif(_C.simd() == "portable", reason="these kernels are the portable ones already")
-@pytest.mark.parametrize("op,dtype", [p for p in BITS if p.values[0].own_kernels])
-def test_portable_kernels_agree(op, dtype, tmp_path):
-    """The portable kernels (what an x86-64 processor without AVX2 runs; TSGU_PORTABLE=1
-    here) give the AVX2 kernels' results within the op's tolerance, on op.large."""
-    op.fn()
-    path = str(tmp_path / "portable.pt")
+@pytest.fixture(scope="session")
+def portable_results(tmp_path_factory):
+    """Every case of test_portable_kernels_agree with the portable kernels (TSGU_PORTABLE=1),
+    all in one child process: {(op name, dtype): (outputs, gradients)}."""
+    path = str(tmp_path_factory.mktemp("portable") / "portable.pt")
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))       # where conftest.py is
-    r = run_child(_PORTABLE_CHILD.format(tests=tests, name=op.name, dtype=dtype, path=path),
-                  env={"TSGU_PORTABLE": "1"})
+    pairs = [(op.name, dtype) for op, dtype in (p.values for p in PORTABLE)]
+    r = run_child(_PORTABLE_CHILD.format(tests=tests, pairs=pairs, path=path), env={"TSGU_PORTABLE": "1"},
+                  timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
-    out_p, grads_p = torch.load(path)
+    return torch.load(path)
+
+
+@pytest.mark.skipif(_C.simd() == "portable", reason="these kernels are the portable ones already")
+@pytest.mark.xdist_group("portable")        # one worker runs the session's child process
+@pytest.mark.parametrize("op,dtype", PORTABLE)
+def test_portable_kernels_agree(portable_results, op, dtype):
+    """The portable kernels (what an x86-64 processor without AVX2 runs; TSGU_PORTABLE=1
+    there) give the AVX2 kernels' results within the op's tolerance, on op.large."""
+    op.fn()
+    out_p, grads_p = portable_results[op.name, dtype]
     out, grads = run_case(op.make(replace(op.large, dtype=getattr(torch, dtype))))
     tol = op.tol[getattr(torch, dtype)]
     for x, y in zip(out, out_p):
