@@ -99,3 +99,24 @@ def test_triton_gatconv_step(triton_route):
         results.append([out.detach()] + [p.grad for p in layer.parameters()])
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, **TOL[torch.float64])
+
+
+def test_triton_gatconv_edge_features_and_repeats(triton_route):
+    """GATConv with edge features, repeated edges (their copies folded into the edge score)
+    and self loops: the output and every parameter's gradient on both routes."""
+    gen = seeded("triton_gatconv_edges")
+    ei = torch.randint(0, 12, (2, 60), generator=gen)
+    ei = torch.cat([ei, ei[:, :10]], 1)                          # repeats
+    feats = torch.randn(12, 5, generator=gen, dtype=torch.float64)
+    ea = torch.randn(ei.shape[1], 3, generator=gen, dtype=torch.float64)
+    results = []
+    for on in (False, True):
+        triton_route(on)
+        torch.manual_seed(3)
+        layer = GATConv(5, 4, heads=3, edge_dim=3, residual=True).double()
+        out = layer(feats, ei, ea)
+        out.square().sum().backward()
+        results.append([out.detach()] + [p.grad for p in layer.parameters()])
+    triton_route(False)
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, **TOL[torch.float64])
