@@ -170,7 +170,7 @@ class GATConv(torch.nn.Module):
     def forward(self, x, edge_index, edge_attr: Optional[torch.Tensor] = None, size=None,
                 return_attention_weights=None):
         H, C = self.heads, self.out_channels
-        pair = isinstance(x, (tuple, list))
+        pair = isinstance(x, (tuple, list)) and not isinstance(x, SparseCSR)    # a SparseCSR is a tuple
         if pair and len(x) != 2:
             raise ValueError(f"x must be a tensor or a pair (x_source, x_target), got {len(x)} items")
         x_src, x_dst = tuple(x) if pair else (x, None)
