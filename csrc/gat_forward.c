@@ -1,7 +1,7 @@
 #ifndef TSGU_IN_TEMPLATE
 /* gat_forward.c: graph attention over the stored entries of each row of A (n x m),
  * H heads of F features, row i a target node attending to its source nodes j:
- *     z_ijh = s[j,h] + d[i,h],   e_ijh = z_ijh > 0 ? z_ijh : slope * z_ijh
+ *     z_ijh = s[j,h] + d[i,h] (+ E[e,h], the entry's own score, when given),   e_ijh = z_ijh > 0 ? z_ijh : slope * z_ijh
  *     alpha_ijh = exp(e_ijh) / sum_{j' in row i} exp(e_ij'h)
  *     out[i,h,:] = sum_{j in row i} alpha_ijh * m_ijh * x[j,h,:]
  * m_ijh = 0 for a dropped (entry, head) and scale for a kept one (dropout, drawn by
@@ -46,7 +46,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_forward_rows)(const gat_forward
     const tsgu_csr *A = x->A;
     const tsgu_gat *g = x->g;
     const idx_t *Aj = A->col;
-    const real_t *X = g->x, *s = g->s, *d = g->d;
+    const real_t *X = g->x, *s = g->s, *d = g->d, *E = g->e;
     real_t *alpha = x->alpha, *out = x->out;
     const int64_t H = g->heads, HF = H * F, m = A->ncols, nnz = A->nnz;
     const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
@@ -71,6 +71,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_forward_rows)(const gat_forward
             real_t *a = alpha + e * H;
             for (int64_t h = 0; h < H; h++) {
                 acc_t z = sj[h] + di[h];
+                if (E) z += E[e * H + h];
                 a[h] = z > 0 ? z : slope * z;
                 mx[h] = a[h] > mx[h] ? a[h] : mx[h];
             }

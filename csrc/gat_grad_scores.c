@@ -3,9 +3,10 @@
  * (galpha, or none) back to the scores, row by row of A:
  *     galpha_ijh += m_ijh * dot(G[i,h,:], x[j,h,:])          (through the aggregation)
  *     ge_ijh = alpha_ijh * (galpha_ijh - sum_{j' in row i} alpha_ij'h galpha_ij'h)   (softmax)
- *     dz_ijh = z_ijh > 0 ? ge_ijh : slope * ge_ijh,   z_ijh = s[j,h] + d[i,h]   (LeakyReLU)
+ *     dz_ijh = z_ijh > 0 ? ge_ijh : slope * ge_ijh,   z_ijh = s[j,h] + d[i,h] (+ E[e,h])   (LeakyReLU)
  *     gd[i,h] = sum_{j in row i} dz_ijh
- * dz is written (nnz x H) for gat_grad_src.c, which sums it over the sources.
+ * dz is written (nnz x H) for gat_grad_src.c, which sums it over the sources; it is also
+ * the gradient of the per-entry scores E.
  * Per row: one pass checking the columns and writing galpha into dz with the row's
  * sum per head (in double, in entry order), one turning it into dz and summing gd.
  * Each row is done by one thread, so the bits do not depend on the thread count. */
@@ -43,7 +44,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_scores_rows)(const gat_gra
     const tsgu_csr *A = x->A;
     const tsgu_gat *g = x->g;
     const idx_t *Aj = A->col;
-    const real_t *X = g->x, *s = g->s, *d = g->d, *alpha = x->alpha, *G = x->G, *galpha = x->galpha;
+    const real_t *X = g->x, *s = g->s, *d = g->d, *E = g->e, *alpha = x->alpha, *G = x->G, *galpha = x->galpha;
     real_t *dz = x->dz, *gd = x->gd;
     const int64_t H = g->heads, HF = H * F, m = A->ncols, nnz = A->nnz;
     const int64_t ahead = tsgu_prefetch_ahead(HF, sizeof(real_t));
@@ -78,9 +79,11 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gat_grad_scores_rows)(const gat_gra
         for (int64_t e = start; e < end; e++) {         /* dz, and gd as its row sums */
             const real_t *sj = s + Aj[e] * H, *a = alpha + e * H;
             real_t *t = dz + e * H;
+            const real_t *Ee = E ? E + e * H : NULL;
             for (int64_t h = 0; h < H; h++) {
-                acc_t ge = a[h] * (t[h] - (acc_t)c[h]);
-                t[h] = sj[h] + di[h] > 0 ? ge : slope * ge;
+                acc_t ge = a[h] * (t[h] - (acc_t)c[h]), z = sj[h] + di[h];
+                if (Ee) z += Ee[h];
+                t[h] = z > 0 ? ge : slope * ge;
                 sd[h] += t[h];
             }
         }

@@ -1,7 +1,8 @@
 /* glue_gat.c: the entry points of graph_attention (gat_forward.c, gat_grad_scores.c,
  * gat_grad_src.c).  A is the (n, m) pattern (ptr, col) of a 2-D CSR; H and F are
  * read from x (m, H, F); every array is contiguous, of x's value type (float32 or
- * float64).  Dropout is (seed, drop): see tsgu_gat_draw in tsgu_gat.h. */
+ * float64).  Dropout is (seed, drop): see tsgu_gat_draw in tsgu_gat.h.  The optional e
+ * (nnz, H), or None, is a score per entry added to s[j] + d[i] before LeakyReLU. */
 #include "glue.h"
 
 /* h: of value type rt, contiguous, shape (a, b), or (a, b, c) for c >= 0; -1 with an exception */
@@ -27,6 +28,15 @@ static int gat_array(const held *h, int rt, int64_t a, int64_t b, int64_t c)
     return need_contiguous(h);
 }
 
+/* the optional per-entry scores oe (None or (nnz, H)) into g->e; -1 with an exception */
+static int gat_edge(call *c, PyObject *oe, const tsgu_csr *A, tsgu_gat *g)
+{
+    if (oe == Py_None) return 0;
+    if (take(c, oe, "e") || gat_array(&c->t[c->count - 1], A->rtype, A->nnz, g->heads, -1)) return -1;
+    g->e = data_of(&c->t[c->count - 1]);
+    return 0;
+}
+
 /* the operands every entry point shares: A's pattern from h[0], h[1] (n x m), x (m, H, F)
  * from h[2] setting A->rtype, H and F; then s, d from h[3], h[4] unless NULL, and the
  * dropout (seed, drop of 2^24, scale); -1 with an exception */
@@ -47,18 +57,18 @@ static int gat_operands(const held *h, int64_t n, int64_t m, const held *s, cons
         PyErr_SetString(PyExc_ValueError, "drop must be in [0, 2^24]");
         return -1;
     }
-    *g = (tsgu_gat){X->shape[1], X->shape[2], data_of(&h[2]), NULL, NULL, seed, drop, scale, slope};
+    *g = (tsgu_gat){X->shape[1], X->shape[2], data_of(&h[2]), NULL, NULL, NULL, seed, drop, scale, slope};
     if (s && (gat_array(s, rt, m, g->heads, -1) || gat_array(d, rt, n, g->heads, -1))) return -1;
     if (s) g->s = data_of(s), g->d = data_of(d);
     return 0;
 }
 
-/* ---- gat_forward(ptr, col, n, m, x, s, d, seed, drop, scale, slope, alpha, out, nthreads) ----
+/* ---- gat_forward(ptr, col, n, m, x, s, d, e, seed, drop, scale, slope, alpha, out, nthreads) ----
  * alpha (nnz, H), out (n, H, F): the attention probabilities and the aggregated rows. */
 PyObject *py_gat_forward(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[7];
+    PyObject *o[7], *oe;
     long long n, m, drop;
     unsigned long long seed;
     double scale, slope;
@@ -66,13 +76,14 @@ PyObject *py_gat_forward(PyObject *self, PyObject *args)
     call c = {0};
     tsgu_csr A;
     tsgu_gat g;
-    if (!PyArg_ParseTuple(args, "OOLLOOOKLddOOi", &o[0], &o[1], &n, &m, &o[2], &o[3], &o[4], &seed, &drop, &scale,
-                          &slope, &o[5], &o[6], &nthreads))
+    if (!PyArg_ParseTuple(args, "OOLLOOOOKLddOOi", &o[0], &o[1], &n, &m, &o[2], &o[3], &o[4], &oe, &seed, &drop,
+                          &scale, &slope, &o[5], &o[6], &nthreads))
         return NULL;
     const char *names[7] = {"crow_indices", "col_indices", "x", "s", "d", "alpha", "out"};
     const held *h = c.t;
     if (take_all(&c, o, names, 7) || gat_operands(h, n, m, &h[3], &h[4], seed, drop, scale, slope, &A, &g) ||
-        gat_array(&h[5], A.rtype, A.nnz, g.heads, -1) || gat_array(&h[6], A.rtype, n, g.heads, g.feats))
+        gat_array(&h[5], A.rtype, A.nnz, g.heads, -1) || gat_array(&h[6], A.rtype, n, g.heads, g.feats) ||
+        gat_edge(&c, oe, &A, &g))
         return finish(&c, -1);
     void *alpha = data_of(&h[5]), *out = data_of(&h[6]);
     Py_BEGIN_ALLOW_THREADS
@@ -81,14 +92,14 @@ PyObject *py_gat_forward(PyObject *self, PyObject *args)
     return finish(&c, status);
 }
 
-/* ---- gat_grad_scores(ptr, col, n, m, x, s, d, seed, drop, scale, slope, alpha, G, galpha, dz, gd,
+/* ---- gat_grad_scores(ptr, col, n, m, x, s, d, e, seed, drop, scale, slope, alpha, G, galpha, dz, gd,
  *                      nthreads) ----
  * G (n, H, F) out's gradient, galpha (nnz, H) alpha's or None; dz (nnz, H) the scores'
- * gradient before LeakyReLU, gd (n, H) d's gradient. */
+ * gradient before LeakyReLU (e's gradient), gd (n, H) d's gradient. */
 PyObject *py_gat_grad_scores(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *o[9], *ogalpha;
+    PyObject *o[9], *ogalpha, *oe;
     long long n, m, drop;
     unsigned long long seed;
     double scale, slope;
@@ -96,14 +107,15 @@ PyObject *py_gat_grad_scores(PyObject *self, PyObject *args)
     call c = {0};
     tsgu_csr A;
     tsgu_gat g;
-    if (!PyArg_ParseTuple(args, "OOLLOOOKLddOOOOOi", &o[0], &o[1], &n, &m, &o[2], &o[3], &o[4], &seed, &drop, &scale,
-                          &slope, &o[5], &o[6], &ogalpha, &o[7], &o[8], &nthreads))
+    if (!PyArg_ParseTuple(args, "OOLLOOOOKLddOOOOOi", &o[0], &o[1], &n, &m, &o[2], &o[3], &o[4], &oe, &seed, &drop,
+                          &scale, &slope, &o[5], &o[6], &ogalpha, &o[7], &o[8], &nthreads))
         return NULL;
     const char *names[9] = {"crow_indices", "col_indices", "x", "s", "d", "alpha", "grad", "dz", "grad_d"};
     const held *h = c.t;
     if (take_all(&c, o, names, 9) || gat_operands(h, n, m, &h[3], &h[4], seed, drop, scale, slope, &A, &g) ||
         gat_array(&h[5], A.rtype, A.nnz, g.heads, -1) || gat_array(&h[6], A.rtype, n, g.heads, g.feats) ||
-        gat_array(&h[7], A.rtype, A.nnz, g.heads, -1) || gat_array(&h[8], A.rtype, n, g.heads, -1))
+        gat_array(&h[7], A.rtype, A.nnz, g.heads, -1) || gat_array(&h[8], A.rtype, n, g.heads, -1) ||
+        gat_edge(&c, oe, &A, &g))
         return finish(&c, -1);
     const void *galpha = NULL;
     if (ogalpha != Py_None) {

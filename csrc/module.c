@@ -295,9 +295,9 @@ static PyMethodDef methods[] = {
     {"softmax_grad", py_softmax_grad, METH_VARARGS, "softmax_grad(crow, col, batch, n, m, heads, y, grad, log, out, nthreads)"},
     /* graph_attention (glue_gat.c) */
     {"gat_forward", py_gat_forward, METH_VARARGS,
-     "gat_forward(crow, col, n, m, x, s, d, seed, drop, scale, slope, alpha, out, nthreads)"},
+     "gat_forward(crow, col, n, m, x, s, d, e, seed, drop, scale, slope, alpha, out, nthreads)"},
     {"gat_grad_scores", py_gat_grad_scores, METH_VARARGS,
-     "gat_grad_scores(crow, col, n, m, x, s, d, seed, drop, scale, slope, alpha, grad, grad_alpha, dz, grad_d, "
+     "gat_grad_scores(crow, col, n, m, x, s, d, e, seed, drop, scale, slope, alpha, grad, grad_alpha, dz, grad_d, "
      "nthreads)"},
     {"gat_grad_src", py_gat_grad_src, METH_VARARGS,
      "gat_grad_src(crow, col, n, m, x, seed, drop, scale, alpha, grad, dz, grad_x, grad_s, nthreads)"},

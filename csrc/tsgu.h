@@ -174,6 +174,7 @@ typedef struct {
     const void *x;        /* (m, H, F) source features */
     const void *s;        /* (m, H) source scores (x * a_src).sum(-1) */
     const void *d;        /* (n, H) target scores (x_dst * a_dst).sum(-1) */
+    const void *e;        /* (nnz, H) per-entry scores added to s + d (edge features), or NULL: none */
     uint64_t seed;        /* dropout: (entry e, head h) is dropped when tsgu_gat_draw(seed, e*H + h) */
     int64_t drop;         /* is below drop (of 2^24: p * 2^24); 0: no dropout (tsgu_gat.h) */
     double scale;         /* a kept entry's factor 1/(1-p) (1 without dropout) */

@@ -972,19 +972,31 @@ def _make_sage_conv(spec: Spec) -> Case:
 
 
 # ---------------------------------------------------- graph attention (graph_attention, nn.GATConv)
-def dense_graph_attention(pattern, x, s, d, slope=0.2):
+def dense_graph_attention(pattern, x, s, d, slope=0.2, edge_score=None):
     """graph_attention in dense PyTorch: per head, the softmax over each row of
-    LeakyReLU(s[j] + d[i]) masked to the (n, m) boolean pattern (absent entries -inf; a
-    row without entries gives zeros), then alpha @ x; x (m, H, F), s (m, H), d (n, H)."""
+    LeakyReLU(s[j] + d[i] (+ edge_score at the entry)) masked to the (n, m) boolean
+    pattern (absent entries -inf; a row without entries gives zeros), then alpha @ x; x
+    (m, H, F), s (m, H), d (n, H), edge_score (nnz, H) in the pattern's row-major order."""
     z = s.t()[:, None, :] + d.t()[:, :, None]
+    if edge_score is not None:
+        z = z + dense_edge_score(pattern, edge_score)
     e = torch.nn.functional.leaky_relu(z, slope).masked_fill(~pattern, float("-inf"))
     alpha = torch.softmax(e, -1).nan_to_num(0.0)
     return torch.einsum("hnm,mhf->nhf", alpha, x)
 
 
+def dense_edge_score(pattern, edge_score):
+    """(H, n, m): edge_score (nnz, H), one row per True of the (n, m) pattern in row-major
+    order, at its entry (zeros elsewhere); differentiable."""
+    H = edge_score.shape[1]
+    mask = pattern.expand(H, *pattern.shape)
+    return torch.zeros(mask.shape, dtype=edge_score.dtype).masked_scatter(mask, edge_score.t().contiguous())
+
+
 def _make_graph_attention(spec: Spec) -> Case:
     """graph_attention on the pattern of a sparse A in spec.layout (its values unread), with
-    1 + spec.variant heads of spec.p features; leaves x, score_src, score_dst."""
+    1 + spec.variant heads of spec.p features; leaves x, score_src, score_dst, and an
+    edge_score per stored entry with variant 1."""
     gen = seeded("graph_attention", spec)
     D = random_dense(1, spec.n, spec.m, spec.nnz, spec.dtype, gen, spec.empty_rows)[0]
     A = to_sparse(D, spec.layout, spec.itype, seeded("layout", spec))
@@ -992,6 +1004,10 @@ def _make_graph_attention(spec: Spec) -> Case:
     leaves = {"x": dense_operand((spec.m, H, spec.p), spec.dtype, gen, spec.bmode),
               "score_src": dense_operand((spec.m, H), spec.dtype, gen, spec.bmode),
               "score_dst": dense_operand((spec.n, H), spec.dtype, gen, spec.bmode)}
+    if spec.variant:
+        leaves["edge_score"] = dense_operand((int(pattern.sum()), H), spec.dtype, gen, spec.bmode)
+        return Case(leaves, structure_of(A), lambda x, s, d, e: tsgu.graph_attention(A, x, s, d, 0.2, edge_score=e),
+                    lambda x, s, d, e: dense_graph_attention(pattern, x, s, d, 0.2, e))
     return Case(leaves, structure_of(A), lambda x, s, d: tsgu.graph_attention(A, x, s, d, 0.2),
                 lambda x, s, d: dense_graph_attention(pattern, x, s, d))
 
@@ -1001,15 +1017,22 @@ GAT_VARIANTS = ((1, True, True), (3, True, True), (3, False, True), (2, True, Fa
 
 
 def dense_gat_conv(x, edge_index, W, att_src, att_dst, b, concat, loops, slope=0.2):
-    """GATConv in dense PyTorch: the pattern of the edges (source -> target; a repeated edge
-    once; with loops, one self loop per node), then dense_graph_attention per head."""
+    """GATConv in dense PyTorch with PyG's semantics: each edge (source -> target) counted
+    once per occurrence (a repeated edge's copies each take the share exp(e)/sum); with
+    loops, the given self loops dropped and one per node added.  Per head, the softmax
+    over each row of LeakyReLU(s[j] + d[i]) + log(count), then alpha @ h."""
     n, (_, H, C) = x.shape[0], att_src.shape
-    pattern = torch.zeros(n, n, dtype=torch.bool)
-    pattern[edge_index[1].long(), edge_index[0].long()] = True
+    tgt, src = edge_index[1].long(), edge_index[0].long()
     if loops:
-        pattern.fill_diagonal_(True)
+        keep = tgt != src
+        tgt, src = torch.cat([tgt[keep], torch.arange(n)]), torch.cat([src[keep], torch.arange(n)])
+    count = torch.zeros(n, n, dtype=x.dtype).index_put((tgt, src), torch.ones(tgt.shape[0], dtype=x.dtype),
+                                                      accumulate=True)
     h = (x @ W.t()).reshape(n, H, C)
-    out = dense_graph_attention(pattern, h, (h * att_src).sum(-1), (h * att_dst).sum(-1), slope)
+    s, d = (h * att_src).sum(-1), (h * att_dst).sum(-1)
+    z = torch.nn.functional.leaky_relu(s.t()[:, None, :] + d.t()[:, :, None], slope) + count.clamp(min=1).log()
+    alpha = torch.softmax(z.masked_fill(count == 0, float("-inf")), -1).nan_to_num(0.0)
+    out = torch.einsum("hnm,mhf->nhf", alpha, h)
     return (out.reshape(n, H * C) if concat else out.mean(1)) + b
 
 
@@ -1477,9 +1500,10 @@ OPS = [
        dtype_error=None, variants=len(SAGE_AGGRS),
        large=Spec(n=5000, m=16, p=16, nnz=100000), sparse_input=False, own_kernels=False,
        dense_products=True),
-    # ---- graph attention: the op on a sparse A's pattern (1 or 2 heads, variants 0-1),
-    # and GATConv (GAT_VARIANTS)
-    Op("graph_attention", _make_graph_attention, batched=False, must_raise=("x", "score_src", "score_dst"),
+    # ---- graph attention: the op on a sparse A's pattern (1 head, or 2 with an edge_score:
+    # variants 0-1), and GATConv (GAT_VARIANTS)
+    Op("graph_attention", _make_graph_attention, batched=False,
+       must_raise=("x", "score_src", "score_dst", "edge_score"),
        dtype_error=(TypeError, "supports float32 and float64"), variants=2,
        malformed_call="graph_attention(A, torch.ones(A.shape[-1], 1, 2), torch.ones(A.shape[-1], 1), "
                       "torch.ones(A.shape[-2], 1))",

@@ -1,5 +1,5 @@
 """graph_attention: the attention of a graph attention network (GAT) on a sparse pattern,
-fused: scores, softmax over each row's stored entries, dropout and the weighted sum of
+fused: scores (with an optional additive score per stored entry: GAT's edge features), softmax over each row's stored entries, dropout and the weighted sum of
 the source rows, with no (edges x heads x features) intermediate.
 
 On CPU the kernels are csrc/gat_forward.c (scores, softmax and sum, row by row),
@@ -9,7 +9,7 @@ called through _backends.gat / gat_grad; other devices take the same steps throu
 PyTorch gathers and index_add (with (nnz, H, F) temporaries).  Everything goes through
 the custom operator tsgu::gat (_ops/gat.py), which torch.compile traces on a SparseCSR.
 """
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -26,7 +26,8 @@ __all__ = ["graph_attention"]
 
 def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: Tensor, score_dst: Tensor,
                     negative_slope: float = 0.2, dropout: float = 0.0, training: bool = True,
-                    return_attention: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+                    return_attention: bool = False, edge_score: Optional[Tensor] = None
+                    ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     r"""Graph attention (Veličković et al.; PyTorch Geometric's ``GATConv`` message passing)
     over the stored entries of each row of ``adjacency``.
 
@@ -34,12 +35,12 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
     the source nodes it attends to; with ``H`` heads of ``F`` features, for each head ``h``
 
     .. math::
-        e_{ijh} = \mathrm{LeakyReLU}(s_{jh} + d_{ih}), \quad
+        e_{ijh} = \mathrm{LeakyReLU}(s_{jh} + d_{ih} + c_{ijh}), \quad
         \alpha_{ijh} = \frac{\exp e_{ijh}}{\sum_{j'} \exp e_{ij'h}}, \quad
         out_{ih} = \sum_j \mathrm{dropout}(\alpha_{ijh})\, x_{jh}
 
     the sums over row ``i``'s stored entries (absent entries take no share; a row without
-    entries gives zeros).  Dropout (only when ``training``) zeroes each ``alpha`` with
+    entries gives zeros), ``c`` the optional ``edge_score`` of the entry (0 without it).  Dropout (only when ``training``) zeroes each ``alpha`` with
     probability ``dropout`` and scales the rest by ``1/(1 - dropout)``, its mask drawn from
     PyTorch's generator (results follow :func:`torch.manual_seed`).  The adjacency's
     values are not read.  Nothing of size ``nnz x H x F`` is made, forward or backward,
@@ -60,20 +61,26 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
         ``dropout`` is applied in steps of 2^-24.
     return_attention : also return ``alpha`` ``(nnz, H)``, after dropout, one row per
         stored entry in the adjacency's CSR order (a COO adjacency's coalesced order).
+    edge_score : ``(nnz, H)`` or None: ``c`` above, a score per stored entry and head added
+        before LeakyReLU (in GAT with edge features, ``(lin_edge(edge_attr) * att_edge).sum(-1)``;
+        ``log k`` on an entry standing for an edge repeated ``k`` times gives it the share of
+        ``k`` copies).  One row per stored entry in the order of ``return_attention``'s
+        ``alpha``, of ``x``'s dtype; its gradient (the scores' before LeakyReLU) costs no
+        extra pass.
 
     Returns
     -------
     ``out`` ``(n, H, F)``, or ``(out, alpha)``; differentiable once in ``x``,
-    ``score_src`` and ``score_dst`` (through ``alpha`` too).
+    ``score_src``, ``score_dst`` and ``edge_score`` (through ``alpha`` too).
 
     Raises
     ------
     ValueError
         An adjacency that is not a 2-D sparse COO/CSR tensor or SparseCSR, shapes that do
-        not fit, tensors on different devices, ``dropout`` outside ``[0, 1]``, malformed
+        not fit (``edge_score`` included), tensors on different devices, ``dropout`` outside ``[0, 1]``, malformed
         sparse structure.
     TypeError
-        ``x`` not float32/float64, or the scores of another dtype.
+        ``x`` not float32/float64, or the scores (``edge_score`` too) of another dtype.
 
     Examples
     --------
@@ -84,7 +91,7 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
     <BLANKLINE>
             [[0., 0.]]])
     """
-    _check(adjacency, x, score_src, score_dst, dropout)
+    _check(adjacency, x, score_src, score_dst, dropout, edge_score)
     seed, drop, scale = None, 0, 1.0
     if training and dropout > 0:
         seed = torch.randint(-2**63, 2**63 - 1, (1,), dtype=torch.int64, device=x.device)  # PyTorch's generator
@@ -94,7 +101,10 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
         view = CSRView(adjacency.crow_indices, adjacency.col_indices, None, 1, *adjacency.size, adjacency.shape)
     else:
         view = _pattern(adjacency)
-    out, alpha = gat(view, x, score_src, score_dst, seed, drop, scale, float(negative_slope))
+    if edge_score is not None and tuple(edge_score.shape) != (view.col.shape[0], x.shape[1]):
+        raise ValueError(f"graph_attention: edge_score must be (nnz, heads) = ({view.col.shape[0]}, {x.shape[1]}) "
+                         f"(one row per stored entry), got {tuple(edge_score.shape)}")
+    out, alpha = gat(view, x, score_src, score_dst, edge_score, seed, drop, scale, float(negative_slope))
     if not return_attention:
         return out
     if drop:
@@ -108,7 +118,7 @@ def _pattern(A: Tensor) -> CSRView:
     return as_csr(A.detach())
 
 
-def _check(A, x, s, d, dropout) -> None:
+def _check(A, x, s, d, dropout, e=None) -> None:
     if not isinstance(A, (Tensor, SparseCSR)) or A.layout not in (torch.sparse_coo, torch.sparse_csr):
         raise ValueError("graph_attention takes the adjacency as a 2-D sparse COO or CSR tensor or a SparseCSR, got "
                          f"{A.layout if isinstance(A, Tensor) else type(A).__name__}")
@@ -135,5 +145,14 @@ def _check(A, x, s, d, dropout) -> None:
                          f"{tuple(s.shape)} and {tuple(d.shape)}")
     if not (x.device == s.device == d.device == A.device):
         raise ValueError("graph_attention: the adjacency, x, score_src and score_dst must be on one device")
+    if e is not None:
+        if not isinstance(e, Tensor):
+            raise ValueError(f"graph_attention: edge_score must be a tensor or None, got {type(e).__name__}")
+        if e.dtype != x.dtype:
+            raise TypeError(f"graph_attention: edge_score must have x's dtype {x.dtype}, got {e.dtype}")
+        if e.device != x.device:
+            raise ValueError("graph_attention: edge_score must be on x's device")
+        if e.dim() != 2:
+            raise ValueError(f"graph_attention: edge_score must be (nnz, heads), got shape {tuple(e.shape)}")
     if not 0.0 <= dropout <= 1.0:
         raise ValueError(f"graph_attention: dropout must be in [0, 1], got {dropout}")

@@ -2,7 +2,8 @@
 against the C route on the CPU: sparse_mm's reduce (sum, mean, amax, amin) with its
 gradients, edge softmax and log-softmax, sparse @ sparse and its masked backward, the
 triangular solve and its backward (a long chain of rows, NaN in B), fused graph attention (dropout's mask is the counter
-hash of the torch-ops route for the seed drawn on the GPU) and a GATConv step.  The
+hash of the torch-ops route for the seed drawn on the GPU; with an edge_score) and a
+GATConv step (with edge features and repeated edges too).  The
 interpreter tests beside this one check the same kernels' logic on the CPU; these check
 what only a GPU shows (compilation for the chip, real memory, 16-bit).  Skipped without
 CUDA or triton; `pytest -k "triton or cuda"` selects them."""
@@ -187,3 +188,35 @@ def test_gatconv_step_on_cuda_matches_cpu():
         out.square().sum().backward()
         results.append([out.detach().cpu()] + [p.grad.cpu() for p in layer.parameters()])
     _assert_close(*results, TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_gat_edge_score_on_cuda_matches_c(dtype):
+    gen = seeded("cuda_gat_edge", str(dtype))
+    S = _adjacency(300, 400, gen)
+    H, F = 4, 8
+    x = torch.randn(400, H, F, generator=gen, dtype=dtype).requires_grad_()
+    s = torch.randn(400, H, generator=gen, dtype=dtype).requires_grad_()
+    d = torch.randn(300, H, generator=gen, dtype=dtype).requires_grad_()
+    e = torch.randn(S._nnz(), H, generator=gen, dtype=dtype).requires_grad_()
+
+    def fn(x, s, d, e):
+        A = S.to(x.device)
+        return tsgu.graph_attention(A, x, s, d, return_attention=True, edge_score=e)
+    _assert_close(*cpu_and_cuda(fn, [x, s, d, e]), TOL[dtype])
+
+
+def test_gatconv_edge_features_on_cuda_matches_cpu():
+    gen = seeded("cuda_gatconv_edges")
+    ei = torch.randint(0, 400, (2, 4000), generator=gen)
+    ei = torch.cat([ei, ei[:, :500]], 1)                            # repeated edges
+    feats = torch.randn(400, 16, generator=gen, dtype=torch.float64)
+    ea = torch.randn(ei.shape[1], 6, generator=gen, dtype=torch.float64)
+    results = []
+    for device in ("cpu", DEVICE):
+        torch.manual_seed(3)
+        layer = GATConv(16, 8, heads=4, edge_dim=6, residual=True).double().to(device)
+        out, (_, alpha) = layer(feats.to(device), ei.to(device), ea.to(device), return_attention_weights=True)
+        (out.square().sum() + alpha.square().sum()).backward()
+        results.append([out.detach().cpu(), alpha.detach().cpu()] + [p.grad.cpu() for p in layer.parameters()])
+    _assert_close(*results, TOL[torch.float64])

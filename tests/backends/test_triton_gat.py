@@ -3,7 +3,8 @@ tensors under Triton's interpreter, against the C route: outputs, attention weig
 the gradients w.r.t. x, score_src and score_dst (through out and alpha), one head and
 several, with an empty row, a hub row and a hub source longer than a block of entries;
 dropout with the same mask for the same seed (the C kernels' counter hash); large
-scores; a GATConv training step.  Skipped without triton; `pytest -k triton`."""
+scores; an additive edge_score per entry (and its gradient); a GATConv training step
+(with edge features too).  Skipped without triton; `pytest -k triton`."""
 import pytest
 import torch
 from conftest import both_routes, seeded
@@ -29,11 +30,12 @@ def _case(n, m, H, F, dtype, gen, spread=1.0):
     return A, x, s, d
 
 
-def _run(route, A, x, s, d, dropout=0.0):
-    def fn(x, s, d):
+def _run(route, A, x, s, d, dropout=0.0, e=None):
+    def fn(x, s, d, e=None):
         torch.manual_seed(11)             # the dropout seed, drawn from PyTorch's generator
-        return tsgu.graph_attention(A, x, s, d, dropout=dropout, return_attention=True)
-    return both_routes(route, fn, [x.requires_grad_(), s.requires_grad_(), d.requires_grad_()])
+        return tsgu.graph_attention(A, x, s, d, dropout=dropout, return_attention=True, edge_score=e)
+    inputs = [x.requires_grad_(), s.requires_grad_(), d.requires_grad_()]
+    return both_routes(route, fn, inputs if e is None else inputs + [e.requires_grad_()])
 
 
 @pytest.mark.parametrize("dtype,H,F,dropout", [(torch.float64, 3, 5, 0.0), (torch.float64, 3, 5, 0.4),
@@ -41,6 +43,20 @@ def _run(route, A, x, s, d, dropout=0.0):
 def test_triton_gat_matches_c(triton_route, dtype, H, F, dropout):
     gen = seeded("triton_gat", str(dtype), H, F, dropout)
     c, t = _run(triton_route, *_case(20, 24, H, F, dtype, gen), dropout=dropout)
+    for a, b in zip(c, t):
+        torch.testing.assert_close(b, a, **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype,H,F,dropout", [(torch.float64, 3, 5, 0.0), (torch.float64, 2, 3, 0.4),
+                                               (torch.float32, 8, 8, 0.25)])
+def test_triton_gat_edge_score_matches_c(triton_route, dtype, H, F, dropout):
+    """With an edge_score (nnz, H): outputs and the gradients of x, s, d and edge_score,
+    on a hub row longer than a block, an empty row and a hub source."""
+    gen = seeded("triton_gat_edge", str(dtype), H, F, dropout)
+    A, x, s, d = _case(20, 40, H, F, dtype, gen)
+    e = torch.randn(A._nnz(), H, generator=gen, dtype=dtype) * 2
+    c, t = _run(triton_route, A, x, s, d, dropout=dropout, e=e)
+    assert len(t) == 6                     # out, alpha, and the 4 gradients
     for a, b in zip(c, t):
         torch.testing.assert_close(b, a, **TOL[dtype])
 
@@ -81,5 +97,26 @@ def test_triton_gatconv_step(triton_route):
         out = layer(feats, A)
         out.square().sum().backward()
         results.append([out.detach()] + [p.grad for p in layer.parameters()])
+    for a, b in zip(*results):
+        torch.testing.assert_close(b, a, **TOL[torch.float64])
+
+
+def test_triton_gatconv_edge_features_and_repeats(triton_route):
+    """GATConv with edge features, repeated edges (their copies folded into the edge score)
+    and self loops: the output and every parameter's gradient on both routes."""
+    gen = seeded("triton_gatconv_edges")
+    ei = torch.randint(0, 12, (2, 60), generator=gen)
+    ei = torch.cat([ei, ei[:, :10]], 1)                          # repeats
+    feats = torch.randn(12, 5, generator=gen, dtype=torch.float64)
+    ea = torch.randn(ei.shape[1], 3, generator=gen, dtype=torch.float64)
+    results = []
+    for on in (False, True):
+        triton_route(on)
+        torch.manual_seed(3)
+        layer = GATConv(5, 4, heads=3, edge_dim=3, residual=True).double()
+        out = layer(feats, ei, ea)
+        out.square().sum().backward()
+        results.append([out.detach()] + [p.grad for p in layer.parameters()])
+    triton_route(False)
     for a, b in zip(*results):
         torch.testing.assert_close(b, a, **TOL[torch.float64])

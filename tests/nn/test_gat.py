@@ -1,12 +1,16 @@
 """Tests of nn.GATConv: against PyTorch Geometric's GATConv with the same weights (its
-state_dict loaded as it is; outputs, attention weights and every gradient; 1 and 8 heads,
-concat or mean, with and without self loops), dropout under a seed and off in eval mode,
-repeated edges, the cached pattern, a SparseCSR or torch sparse adjacency, sparse
+state_dict loaded as it is, and ours into PyG's; outputs, attention weights and every
+gradient in float64; 1 and 8 heads, concat or mean, with and without self loops; repeated
+edges counted per occurrence; edge features with every fill_value, repeated edges with
+different features; bipartite inputs with and without x_target, size; residual), dropout
+under a seed and off in eval mode, the cached pattern, a SparseCSR or torch sparse
+adjacency (self loops added as PyG, attention weights as a sparse tensor), sparse
 features, errors and torch.compile(fullgraph=True) on a SparseCSR."""
 import pytest
 import torch
 from conftest import assert_compiles_like_eager, assert_layer_matches, dense_gat_conv, seeded
 
+from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import GATConv, gat_adjacency
 
 # 7 nodes: a self loop (3 -> 3), node 6 has no in-edges, node 5 no out-edges
@@ -24,10 +28,41 @@ def _pair(i, o, seed=0, **kw):
     theirs = gnn.GATConv(i, o, **kw).double()
     ours = GATConv(i, o, **kw).double()
     ours.load_state_dict(theirs.state_dict())
-    with torch.no_grad():                        # PyG starts the bias at zero: make it count
-        theirs.bias.normal_()
-        ours.bias.copy_(theirs.bias)
+    if theirs.bias is not None:
+        with torch.no_grad():                    # PyG starts the bias at zero: make it count
+            theirs.bias.normal_()
+            ours.bias.copy_(theirs.bias)
     return ours, theirs
+
+
+def _assert_same(ours, theirs, x, *args, **kw):
+    """ours(x, *args, **kw) equals theirs in the output, the attention weights (PyG's edges
+    in PyG's order) and the gradients of x, of every float tensor in args and of every
+    parameter (float64, through the output and the weights)."""
+    inputs = [t for t in (x if isinstance(x, (tuple, list)) else (x,)) if t is not None and t.requires_grad]
+    inputs += [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.requires_grad]
+    out_t, (ei_t, al_t) = theirs(x, *args, **kw, return_attention_weights=True)
+    out_o, (ei_o, al_o) = ours(x, *args, **kw, return_attention_weights=True)
+    torch.testing.assert_close(out_o, out_t)
+    assert torch.equal(ei_o, ei_t)
+    torch.testing.assert_close(al_o, al_t)
+    gen = seeded("gat grads", out_t.shape)
+    G, Ga = torch.randn(out_t.shape, generator=gen, dtype=out_t.dtype), torch.randn(al_t.shape, generator=gen,
+                                                                                   dtype=al_t.dtype)
+    names = [n for n, _ in theirs.named_parameters()]
+    assert names == [n for n, _ in ours.named_parameters()]
+    g_t = torch.autograd.grad((out_t * G).sum() + (al_t * Ga).sum(), inputs + list(theirs.parameters()),
+                              allow_unused=True)
+    g_o = torch.autograd.grad((out_o * G).sum() + (al_o * Ga).sum(), inputs + list(ours.parameters()),
+                              allow_unused=True)
+    for name, a, b in zip(["input"] * len(inputs) + names, g_o, g_t):
+        assert (a is None) == (b is None), name          # unused (x_target None: lin_dst, att_dst) in both
+        if a is not None:
+            torch.testing.assert_close(a, b, msg=lambda m: f"{name}: {m}")
+
+
+def _x(n, f, *key):
+    return torch.randn(n, f, dtype=torch.float64, generator=seeded("gat x", n, f, *key)).requires_grad_()
 
 
 @pytest.mark.parametrize("heads", [1, 8])
@@ -72,13 +107,128 @@ def test_dropout_follows_the_seed_and_stops_in_eval():
     torch.testing.assert_close(ours(x, EDGES), theirs(x, EDGES))
 
 
-def test_repeated_edges_are_attended_once():
-    """Unlike PyG (which gives a repeated edge its share twice), the pattern holds it once:
-    the result is PyG's on the edge_index without repeats."""
+# repeats: 0 -> 1 three times, 2 -> 3 twice, and a repeated self loop (removed with loops)
+REPEATED = torch.cat([EDGES, torch.tensor([[0, 0, 2, 3], [1, 1, 3, 3]])], 1)
+
+
+@pytest.mark.parametrize("loops", [True, False])
+@pytest.mark.parametrize("heads", [1, 3])
+def test_repeated_edges_count_per_occurrence_as_pyg(loops, heads):
+    """A repeated edge is one entry of our pattern, its copies' share folded into its score:
+    PyG's softmax (each copy its share), output, weights per copy and every gradient."""
+    ours, theirs = _pair(5, 3, heads=heads, add_self_loops=loops, negative_slope=0.3)
+    _assert_same(ours, theirs, _x(7, 5, "repeats", loops, heads), REPEATED)
+    torch.testing.assert_close(ours(_x(7, 5, "r"), REPEATED),
+                               dense_gat_conv(_x(7, 5, "r"), REPEATED, ours.lin.weight, ours.att_src, ours.att_dst,
+                                              ours.bias, True, loops, 0.3))
+
+
+@pytest.mark.parametrize("fill_value", ["mean", "add", "min", "max", "mul", 0.5, "tensor"])
+def test_edge_features_match_pyg(fill_value):
+    """edge_dim with every fill_value of the self loops; repeated edges with different
+    features (their copies' shares differ); a self loop given with features (dropped)."""
+    fill = torch.tensor([0.3, -1.0, 2.0]) if fill_value == "tensor" else fill_value
+    ours, theirs = _pair(5, 4, heads=2, edge_dim=3, fill_value=fill, negative_slope=0.1)
+    ea = torch.randn(REPEATED.shape[1], 3, dtype=torch.float64, generator=seeded("gat ea", fill_value))
+    _assert_same(ours, theirs, _x(7, 5, "ea", fill_value), REPEATED, ea.requires_grad_())
+
+
+@pytest.mark.parametrize("loops", [True, False])
+def test_edge_features_one_dim_no_loops_and_mean(loops):
+    """A 1-D edge_attr (edge_dim=1, PyG's edge weights), concat=False, residual."""
+    ours, theirs = _pair(5, 3, heads=3, edge_dim=1, concat=False, add_self_loops=loops, residual=True)
+    w = torch.rand(REPEATED.shape[1], dtype=torch.float64, generator=seeded("gat ew")).requires_grad_()
+    _assert_same(ours, theirs, _x(7, 5, "ew", loops), REPEATED, w)
+    # edge_attr without edge_dim is ignored, as PyG
+    plain, _ = _pair(5, 3, heads=3, concat=False, add_self_loops=loops, residual=True)
+    torch.testing.assert_close(plain(_x(7, 5, "i"), REPEATED, w), plain(_x(7, 5, "i"), REPEATED))
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_residual_matches_pyg(residual):
+    ours, theirs = _pair(5, 3, heads=2, residual=residual)
+    _assert_same(ours, theirs, _x(7, 5, "res"), EDGES)
+    ours, theirs = _pair(5, 3, heads=2, residual=residual, concat=False, bias=False)
+    _assert_same(ours, theirs, _x(7, 5, "res2"), EDGES)
+
+
+# bipartite: 7 sources, 4 targets; 0 -> 0 twice, source 4 isolated, target 3 without edges
+BIP_EDGES = torch.tensor([[0, 1, 2, 3, 6, 5, 0, 0, 1], [0, 0, 1, 1, 2, 2, 2, 0, 1]])
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["pair_channels", "int_channels"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_bipartite_matches_pyg(shared, residual):
+    """in_channels (source, target) with lin_src/lin_dst, or one lin for both; x_target
+    given or None (then size); with edge features; the self loops i < min(n_src, n_dst)."""
+    channels = 5 if shared else (5, 4)
+    ours, theirs = _pair(channels, 3, heads=2, residual=residual, edge_dim=2)
+    x_src, x_dst = _x(7, 5, "bip src"), _x(4, 5 if shared else 4, "bip dst")
+    ea = torch.randn(BIP_EDGES.shape[1], 2, dtype=torch.float64, generator=seeded("bip ea")).requires_grad_()
+    _assert_same(ours, theirs, (x_src, x_dst), BIP_EDGES, ea)
+    _assert_same(ours, theirs, (x_src, x_dst), BIP_EDGES, ea, size=(7, 4))
+    _assert_same(ours, theirs, (x_src, None), BIP_EDGES, ea, size=(7, 4))
+    _assert_same(ours, theirs, (x_src, None), BIP_EDGES, None, size=(7, 5))
+    if not shared:                           # a bipartite layer on one x: lin_src and lin_dst on it
+        ours, theirs = _pair((5, 5), 3, heads=2, residual=residual)
+        _assert_same(ours, theirs, _x(7, 5, "one x"), EDGES)
+
+
+def test_isolated_nodes_and_no_edges_match_pyg():
     ours, theirs = _pair(5, 3, heads=2)
-    x = torch.randn(7, 5, dtype=torch.float64, generator=seeded("gat repeats"))
-    repeated = torch.cat([EDGES, EDGES[:, :4]], 1)
-    torch.testing.assert_close(ours(x, repeated), theirs(x, EDGES))
+    _assert_same(ours, theirs, _x(9, 5, "iso"), EDGES)                   # nodes 7, 8 only have their loop
+    empty = torch.empty(2, 0, dtype=torch.long)
+    _assert_same(ours, theirs, _x(4, 5, "empty"), empty)
+    ours, theirs = _pair(5, 3, heads=2, add_self_loops=False)
+    out = ours(_x(4, 5, "empty"), empty)
+    torch.testing.assert_close(out, theirs(_x(4, 5, "empty"), empty))
+    assert ours(torch.zeros(0, 5, dtype=torch.float64), empty).shape == (0, 6)
+
+
+@pytest.mark.parametrize("layout", ["csr", "coo", "SparseCSR"])
+@pytest.mark.parametrize("loops", [True, False])
+def test_sparse_adjacency_matches_pyg(layout, loops):
+    """adj_t (n_target, n_source) gets PyG's self loops; the attention weights come back as a
+    sparse tensor (n_target, n_source, heads) holding them, as PyG's torch sparse form."""
+    from torch_geometric.utils import to_torch_coo_tensor
+    ours, theirs = _pair(5, 3, heads=2, add_self_loops=loops)
+    x = _x(7, 5, "sparse adj")
+    adj_t = to_torch_coo_tensor(EDGES.flip(0), size=(7, 7))          # adj_t: rows are targets
+    given = {"csr": adj_t.to_sparse_csr(), "coo": adj_t,
+             "SparseCSR": SparseCSR.from_torch(adj_t.to_sparse_csr())}[layout]
+    theirs_adj = adj_t.to_sparse_csr() if layout != "coo" else adj_t
+    out_t, (A_t, al_t) = theirs(x, theirs_adj, return_attention_weights=True)
+    out_o, (A_o, al_o) = ours(x, given, return_attention_weights=True)
+    torch.testing.assert_close(out_o, out_t)
+    assert A_o.shape == A_t.shape == (7, 7, 2) and A_o._nnz() == A_t._nnz()
+    assert A_o.layout == A_t.layout
+    torch.testing.assert_close(A_o.to_dense(), A_t.to_dense())
+    torch.testing.assert_close(al_o, al_t)
+    torch.testing.assert_close(ours(x, given), ours(x, EDGES))              # the same graph as an edge_index
+    G = torch.randn(out_t.shape, dtype=out_t.dtype, generator=seeded("gat sparse G"))
+    for a, b in zip(torch.autograd.grad(out_o, [x, *ours.parameters()], G),
+                    torch.autograd.grad(out_t, [x, *theirs.parameters()], G)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(edge_dim=3), dict(residual=True, edge_dim=2, concat=False),
+                                dict(bias=False)], ids=str)
+@pytest.mark.parametrize("channels", [5, (5, 4)], ids=str)
+def test_state_dict_both_ways(kw, channels):
+    gnn = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(1)
+    theirs, ours = gnn.GATConv(channels, 3, heads=2, **kw), GATConv(channels, 3, heads=2, **kw)
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    for name, t in theirs.state_dict().items():
+        assert ours.state_dict()[name].shape == t.shape, name
+    ours.load_state_dict(theirs.state_dict())                      # strict, both ways
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.normal_()
+    theirs.load_state_dict(ours.state_dict())
+    for name, t in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[name], t), name
+    assert str(ours) == str(theirs)
 
 
 def test_sparse_adjacency_and_cache():
@@ -89,15 +239,18 @@ def test_sparse_adjacency_and_cache():
     S = conv._cache[2]
     conv(x, EDGES.clone())
     assert conv._cache[2] is S                            # same contents: the cached pattern
+    S = S.A
     S2 = gat_adjacency(EDGES, 7)
     assert torch.equal(S2.crow_indices, S.crow_indices) and torch.equal(S2.col_indices, S.col_indices)
     torch.testing.assert_close(conv(x, S2), want)
     torch.testing.assert_close(conv(x, S2.to_torch()), want)                  # a torch CSR tensor
     torch.testing.assert_close(conv(x, S2.to_torch().to_sparse_coo()), want)  # and a COO one
+    conv(x, EDGES)
+    plan = conv._cache[2]
     edited = EDGES.clone()
     edited[0, 0] = 6
     conv(x, edited)
-    assert conv._cache[2] is not S                        # other contents: built again
+    assert conv._cache[2] is not plan                     # other contents: built again
 
 
 def test_gat_adjacency_self_loops():
@@ -115,6 +268,11 @@ def test_state_dict_keys_and_double():
     assert sorted(conv.state_dict()) == ["att_dst", "att_src", "bias", "lin.weight"]
     assert conv.bias.shape == (3,) and conv.att_src.shape == (1, 2, 3) and conv.lin.weight.shape == (6, 4)
     assert GATConv(4, 3, heads=2, bias=False).bias is None
+    conv2 = GATConv((4, 2), 3, heads=2, edge_dim=5, residual=True)
+    assert sorted(conv2.state_dict()) == ["att_dst", "att_edge", "att_src", "bias", "lin_dst.weight",
+                                          "lin_edge.weight", "lin_src.weight", "res.weight"]
+    assert conv2.lin is None and conv2.res.weight.shape == (6, 2) and conv2.lin_edge.weight.shape == (6, 5)
+    assert str(conv2) == "GATConv((4, 2), 3, heads=2)"
     x = torch.randn(7, 4, dtype=torch.float64)
     assert conv.double()(x, EDGES).dtype == torch.float64
 
@@ -129,16 +287,44 @@ def test_errors():
         conv(torch.randn(3, 4), EDGES)
     with pytest.raises(ValueError, match="2-D"):
         conv(torch.randn(7), EDGES)
-    with pytest.raises(ValueError, match="in_channels must be an int"):
-        GATConv((4, 3), 2)
+    with pytest.raises(ValueError, match="in_channels must be an int or a pair"):
+        GATConv((4, 3, 2), 2)
+    with pytest.raises(ValueError, match="lazy -1 is not supported"):
+        GATConv(-1, 2)
     with pytest.raises(ValueError, match="dropout must be in"):
         GATConv(4, 3, dropout=1.5)
+    with pytest.raises(ValueError, match="aggr must be 'add'"):
+        GATConv(4, 3, aggr="mean")
+    with pytest.raises(ValueError, match="MessagePassing option\\(s\\) flow"):
+        GATConv(4, 3, flow="target_to_source")
+    with pytest.raises(ValueError, match="fill_value must be"):
+        GATConv(4, 3, edge_dim=2, fill_value="median")
+    with pytest.raises(ValueError, match="edge_dim must be"):
+        GATConv(4, 3, edge_dim=0)
+    econv = GATConv(4, 3, edge_dim=2)
+    with pytest.raises(ValueError, match="edge_attr must be \\(E, edge_dim\\)"):
+        econv(torch.randn(7, 4), EDGES, torch.randn(EDGES.shape[1] - 1, 2))
+    with pytest.raises(ValueError, match="edge_attr with a sparse adjacency"):
+        econv(torch.randn(7, 4), gat_adjacency(EDGES, 7), torch.randn(EDGES.shape[1], 2))
+    with pytest.raises(ValueError, match="size must be a pair"):
+        conv(torch.randn(7, 4), EDGES, size=(7,))
+    with pytest.raises(ValueError, match="size\\[0\\] = 8"):
+        conv(torch.randn(7, 4), EDGES, size=(8, 7))
+    with pytest.raises(ValueError, match="x_target has 5 rows"):
+        conv((torch.randn(7, 4), torch.randn(5, 4)), EDGES, size=(7, 7))
+    with pytest.raises(ValueError, match="source columns"):
+        conv(torch.randn(6, 4), gat_adjacency(EDGES, 7))
+    with pytest.raises(ValueError, match="x_source must be given"):
+        conv((None, torch.randn(7, 4)), EDGES)
+    with pytest.raises(ValueError, match="negative_slope >= 0"):
+        GATConv(4, 3, negative_slope=-0.5)(torch.randn(7, 4), REPEATED)
 
 
 class _GATModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv1, self.conv2 = GATConv(6, 4, heads=3), GATConv(12, 2, heads=2, concat=False)
+        self.conv1 = GATConv(6, 4, heads=3, add_self_loops=False)       # the pattern has its loops
+        self.conv2 = GATConv(12, 2, heads=2, concat=False, add_self_loops=False)
 
     def forward(self, x, A):
         return self.conv2(torch.nn.functional.elu(self.conv1(x, A)), A)

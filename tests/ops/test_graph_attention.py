@@ -2,13 +2,14 @@
 LeakyReLU scores, absent entries -inf, with autograd) for the output, the attention and
 every gradient, gradcheck in float64, dropout (a mask from PyTorch's generator: the same
 under a seed, scaled, off outside training), empty rows and nnz = 0, one and several
-heads, the same bits for 1/2/5 threads, in-place edits after the forward, errors and
+heads, an additive edge_score per entry (hub and empty rows, gradcheck), the same bits
+for 1/2/5 threads, in-place edits after the forward, errors and
 malformed structure, the custom op's opcheck and torch.compile(fullgraph=True) of a
 SparseCSR.  Every test of results runs on both routes: the C kernels and the PyTorch-ops
 one that CUDA takes (forced on CPU here)."""
 import pytest
 import torch
-from conftest import num_threads
+from conftest import dense_edge_score, num_threads, seeded
 
 from torchsparsegradutils import SparseCSR, _backends, graph_attention
 from torchsparsegradutils._core.view import CSRView
@@ -45,10 +46,13 @@ def as_adjacency(mask, layout, itype=torch.int64):
     return SparseCSR(ptr, col, A.values(), tuple(D.shape))
 
 
-def reference(mask, x, s, d, slope=0.2, drop=None):
+def reference(mask, x, s, d, slope=0.2, drop=None, edge=None):
     """(out (n, H, F), alpha (H, n, m)) in dense PyTorch: the masked softmax over each row;
-    drop (H, n, m) multiplies alpha (the dropout mask with its scale), if given."""
+    drop (H, n, m) multiplies alpha (the dropout mask with its scale), if given; edge
+    (nnz, H) in row-major order is added to the scores at the pattern, if given."""
     z = s.t()[:, None, :] + d.t()[:, :, None]                     # (H, n, m): s_j + d_i
+    if edge is not None:
+        z = z + dense_edge_score(mask, edge)
     e = torch.nn.functional.leaky_relu(z, slope).masked_fill(~mask, float("-inf"))
     alpha = torch.softmax(e, -1).nan_to_num(0.0)                   # an empty row: zeros
     if drop is not None:
@@ -258,21 +262,25 @@ def test_kernels_check_their_arrays():
     pat = (A.crow_indices, A.col_indices, 4, 5)
     alpha, out = torch.empty(nnz, 2, dtype=x.dtype), torch.empty(4, 2, 3, dtype=x.dtype)
     with pytest.raises(ValueError, match="alpha must have shape"):
-        _C.gat_forward(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha[:-1], out, 1)
+        _C.gat_forward(*pat, x, s, d, None, 0, 0, 1.0, 0.2, alpha[:-1], out, 1)
     with pytest.raises(ValueError, match="s must have shape"):
-        _C.gat_forward(*pat, x, s[:-1], d, 0, 0, 1.0, 0.2, alpha, out, 1)
+        _C.gat_forward(*pat, x, s[:-1], d, None, 0, 0, 1.0, 0.2, alpha, out, 1)
     with pytest.raises(TypeError, match="dtype of x"):
-        _C.gat_forward(*pat, x, s.float(), d, 0, 0, 1.0, 0.2, alpha, out, 1)
+        _C.gat_forward(*pat, x, s.float(), d, None, 0, 0, 1.0, 0.2, alpha, out, 1)
     with pytest.raises(ValueError, match="drop must be in"):
-        _C.gat_forward(*pat, x, s, d, 0, 2**24 + 1, 1.0, 0.2, alpha, out, 1)
+        _C.gat_forward(*pat, x, s, d, None, 0, 2**24 + 1, 1.0, 0.2, alpha, out, 1)
     with pytest.raises(ValueError, match="contiguous"):
-        _C.gat_forward(*pat, x.transpose(1, 2).contiguous().transpose(1, 2), s, d, 0, 0, 1.0, 0.2, alpha, out, 1)
-    _C.gat_forward(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha, out, 1)
+        _C.gat_forward(*pat, x.transpose(1, 2).contiguous().transpose(1, 2), s, d, None, 0, 0, 1.0, 0.2, alpha, out, 1)
+    _C.gat_forward(*pat, x, s, d, None, 0, 0, 1.0, 0.2, alpha, out, 1)
     G, dz, gd = torch.randn_like(out), torch.empty_like(alpha), torch.empty_like(d)
     with pytest.raises(ValueError, match="grad must have shape"):
-        _C.gat_grad_scores(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha, G[:-1], None, dz, gd, 1)
+        _C.gat_grad_scores(*pat, x, s, d, None, 0, 0, 1.0, 0.2, alpha, G[:-1], None, dz, gd, 1)
     with pytest.raises(ValueError, match="grad_alpha must have shape"):
-        _C.gat_grad_scores(*pat, x, s, d, 0, 0, 1.0, 0.2, alpha, G, alpha[:-1], dz, gd, 1)
+        _C.gat_grad_scores(*pat, x, s, d, None, 0, 0, 1.0, 0.2, alpha, G, alpha[:-1], dz, gd, 1)
+    with pytest.raises(ValueError, match="e must have shape"):
+        _C.gat_forward(*pat, x, s, d, alpha[:-1], 0, 0, 1.0, 0.2, alpha, out, 1)
+    with pytest.raises(TypeError, match="dtype of x"):
+        _C.gat_grad_scores(*pat, x, s, d, alpha.float(), 0, 0, 1.0, 0.2, alpha, G, None, dz, gd, 1)
     with pytest.raises(ValueError, match="grad_x must have shape"):
         _C.gat_grad_src(*pat, x, 0, 0, 1.0, alpha, G, dz, torch.empty(5, 2, 2, dtype=x.dtype), torch.empty_like(s), 1)
 
@@ -287,10 +295,10 @@ def test_dropout_draw_is_the_kernels():
     s, d = torch.zeros(50, 4, dtype=torch.float64), torch.zeros(3, 4, dtype=torch.float64)
     view = CSRView(A.crow_indices, A.col_indices, None, 1, 3, 50, torch.Size((3, 50)))
     for seed in (torch.tensor([12345]), torch.tensor([-2**63]), torch.tensor([2**63 - 1])):
-        _, alpha = _backends.cpu.gat(view, x, s, d, None, 0, 1.0, 0.2)
+        _, alpha = _backends.cpu.gat(view, x, s, d, None, None, 0, 1.0, 0.2)
         G = torch.ones(3, 4, 1, dtype=torch.float64)
         # the gradient of x's rows through the attention: alpha * scale where kept, 0 where dropped
-        gx, _, _ = _backends.cpu.gat_grad(view, x, s, d, seed, 2**23, 2.0, 0.2, alpha, G, None)
+        gx, _, _, _ = _backends.cpu.gat_grad(view, x, s, d, None, seed, 2**23, 2.0, 0.2, alpha, G, None)
         dropped = torch_ops.gat_dropped(seed, 150, 4, 2**23).reshape(3, 50, 4)
         want = torch.where(dropped, 0.0, alpha.reshape(3, 50, 4) * 2.0).sum(0)
         torch.testing.assert_close(gx[..., 0], want)
@@ -319,11 +327,98 @@ def test_custom_op_opcheck():
     mask = pattern(5, 6, 0.5, seed=16)
     A = as_adjacency(mask, "sparse_csr")
     x, s, d = operands(5, 6, 2, 3, seed=16)
-    args = (A.crow_indices, A.col_indices, [5, 6], x, s, d)
-    for seed, drop, scale in ((None, 0, 1.0), (torch.tensor([7]), 2**22, 1.5)):
-        torch.library.opcheck(torch.ops.tsgu.gat.default, (*args, seed, drop, scale, 0.2))
-        out, alpha = torch.ops.tsgu.gat(*args, seed, drop, scale, 0.2)
-        plain = (A.crow_indices, A.col_indices, [5, 6], x.detach(), s.detach(), d.detach(), seed, drop, scale, 0.2,
-                 alpha.detach(), torch.randn_like(out))    # differentiable once: gat_grad has no autograd
-        for galpha in (None, torch.randn_like(alpha)):
-            torch.library.opcheck(torch.ops.tsgu.gat_grad.default, (*plain, galpha))
+    nnz = A.col_indices.shape[0]
+    for e in (None, torch.randn(nnz, 2, dtype=x.dtype, requires_grad=True)):
+        args = (A.crow_indices, A.col_indices, [5, 6], x, s, d, e)
+        for seed, drop, scale in ((None, 0, 1.0), (torch.tensor([7]), 2**22, 1.5)):
+            torch.library.opcheck(torch.ops.tsgu.gat.default, (*args, seed, drop, scale, 0.2))
+            out, alpha = torch.ops.tsgu.gat(*args, seed, drop, scale, 0.2)
+            plain = (A.crow_indices, A.col_indices, [5, 6], x.detach(), s.detach(), d.detach(),
+                     None if e is None else e.detach(), seed, drop, scale, 0.2,
+                     alpha.detach(), torch.randn_like(out))    # differentiable once: gat_grad has no autograd
+            for galpha in (None, torch.randn_like(alpha)):
+                torch.library.opcheck(torch.ops.tsgu.gat_grad.default, (*plain, galpha))
+
+
+# ---------------------------------------------------------------- edge_score
+def hub_pattern(n, m, seed):
+    """(n, m): row 0 empty, row 1 full (a hub), column 0 in every other row, the rest ~30%."""
+    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) < 0.3
+    mask[:, 0], mask[0], mask[1] = True, False, True
+    return mask
+
+
+@pytest.mark.parametrize("layout", ["sparse_csr", "coo"])
+@pytest.mark.parametrize("H,F", [(1, 3), (4, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_edge_score_matches_dense_reference(path, layout, H, F, dtype):
+    mask = hub_pattern(9, 40, seed=21)
+    A = as_adjacency(mask, layout)
+    x, s, d = operands(9, 40, H, F, dtype, seed=21)
+    e = torch.randn(int(mask.sum()), H, dtype=dtype, generator=seeded("gat edge", H)).requires_grad_()
+    out, alpha = graph_attention(A, x, s, d, 0.15, return_attention=True, edge_score=e)
+    want, walpha = reference(mask, x, s, d, 0.15, edge=e)
+    torch.testing.assert_close(out, want, **TOL[dtype])
+    torch.testing.assert_close(alpha, at_pattern(walpha, mask), **TOL[dtype])
+    assert not out[0].any()                                              # the empty row
+    G = torch.randn(out.shape, dtype=dtype, generator=seeded("gat edge G"))
+    Ga = torch.randn(alpha.shape, dtype=dtype, generator=seeded("gat edge Ga"))
+    got = torch.autograd.grad((out * G).sum() + (alpha * Ga).sum(), (x, s, d, e))
+    exp = torch.autograd.grad((want * G).sum() + (at_pattern(walpha, mask) * Ga).sum(), (x, s, d, e))
+    for a, b in zip(got, exp):
+        torch.testing.assert_close(a, b, **TOL[dtype])
+    # an edge_score of zeros is no edge_score
+    torch.testing.assert_close(graph_attention(A, x, s, d, 0.15, edge_score=torch.zeros_like(e)),
+                               graph_attention(A, x, s, d, 0.15))
+
+
+@pytest.mark.parametrize("H", [1, 3])
+def test_edge_score_gradcheck(path, H):
+    mask = hub_pattern(5, 7, seed=22)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(5, 7, H, 2, seed=22)
+    e = torch.randn(int(mask.sum()), H, dtype=torch.float64, generator=seeded("gat gradcheck e")).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, s, d, e: graph_attention(A, x, s, d, 0.3, edge_score=e), (x, s, d, e))
+    assert torch.autograd.gradcheck(
+        lambda x, s, d, e: graph_attention(A, x, s, d, 0.3, return_attention=True, edge_score=e)[1], (x, s, d, e))
+
+    def dropped(x, s, d, e):
+        torch.manual_seed(7)
+        return graph_attention(A, x, s, d, 0.3, dropout=0.4, edge_score=e)
+    assert torch.autograd.gradcheck(dropped, (x, s, d, e))
+
+
+def test_edge_score_errors():
+    mask = pattern(4, 5)
+    A = as_adjacency(mask, "csr")
+    x, s, d = operands(4, 5, 2, 3)
+    nnz = int(mask.sum())
+    with pytest.raises(ValueError, match="edge_score must be \\(nnz, heads\\)"):
+        graph_attention(A, x, s, d, edge_score=torch.zeros(nnz + 1, 2, dtype=x.dtype))
+    with pytest.raises(ValueError, match="edge_score must be \\(nnz, heads\\)"):
+        graph_attention(A, x, s, d, edge_score=torch.zeros(nnz, 1, dtype=x.dtype))
+    with pytest.raises(ValueError, match="edge_score must be \\(nnz, heads\\)"):
+        graph_attention(A, x, s, d, edge_score=torch.zeros(nnz, dtype=x.dtype))
+    with pytest.raises(TypeError, match="edge_score must have x's dtype"):
+        graph_attention(A, x, s, d, edge_score=torch.zeros(nnz, 2))
+    with pytest.raises(ValueError, match="edge_score must be a tensor"):
+        graph_attention(A, x, s, d, edge_score=[0.0])
+
+
+def test_edge_score_compiles_like_eager():
+    mask = pattern(6, 6, 0.5, seed=23)
+    A = as_adjacency(mask, "sparse_csr")
+    x, s, d = operands(6, 6, 2, 3, torch.float32, seed=23)
+    e = torch.randn(int(mask.sum()), 2, generator=seeded("gat compile e")).requires_grad_()
+
+    def model(x, s, d, e):
+        out, alpha = graph_attention(A, x * 2, s, d, 0.1, return_attention=True, edge_score=e * 3)
+        return out.sum(1) + alpha.sum()
+
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    outs = []
+    for fn in (compiled, model):
+        y = fn(x, s, d, e)
+        outs.append((y.detach(), *torch.autograd.grad((y * y).sum(), (x, s, d, e))))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b)

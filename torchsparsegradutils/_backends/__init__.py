@@ -396,22 +396,25 @@ def group_sum(A: CSRView, x: torch.Tensor, by_rows: bool) -> torch.Tensor:
 
 # ------------------------------------------------------ graph attention (graph_attention)
 # A 2-D view (n, m): row i a target node, its columns j the sources it attends to; x (m,
-# H, F), s (m, H), d (n, H), contiguous; dropout: (entry e, head h) is dropped when its
-# draw (gat_dropped) is below drop (of 2^24), seed an int64 tensor of one element (None
-# without dropout), scale a kept entry's factor; slope LeakyReLU's.  CUDA: triton.
-def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+# H, F), s (m, H), d (n, H), e (nnz, H) a score per entry or None, contiguous; dropout:
+# (entry e, head h) is dropped when its draw (gat_dropped) is below drop (of 2^24), seed
+# an int64 tensor of one element (None without dropout), scale a kept entry's factor;
+# slope LeakyReLU's.  CUDA: triton.
+def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
         slope: float):
-    """(out, alpha): alpha[e,h] = softmax over row i's entries of LeakyReLU(s[j,h] + d[i,h]),
-    out[i,h,:] = sum over row i of alpha * (0 if dropped else scale) * x[j,h,:]; out (n, H, F),
-    alpha (nnz, H), before dropout."""
-    return _backend(False, x, s, d, has_triton=True).gat(A, x, s, d, seed, drop, scale, slope)
+    """(out, alpha): alpha[q,h] = softmax over row i's entries of LeakyReLU(s[j,h] + d[i,h]
+    (+ e[q,h])), out[i,h,:] = sum over row i of alpha * (0 if dropped else scale) * x[j,h,:];
+    out (n, H, F), alpha (nnz, H), before dropout."""
+    return _backend(False, x, s, d, has_triton=True).gat(A, x, s, d, e, seed, drop, scale, slope)
 
 
-def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
              slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
-    """(gx, gs, gd): the gradients w.r.t. x, s and d of gat's out (upstream G) and alpha
-    (upstream galpha, or None)."""
-    return _backend(False, x, G, alpha, has_triton=True).gat_grad(A, x, s, d, seed, drop, scale, slope, alpha, G, galpha)
+    """(gx, gs, gd, ge): the gradients w.r.t. x, s, d and the entry scores e (the scores'
+    gradient before LeakyReLU, (nnz, H), made whether or not e is given) of gat's out
+    (upstream G) and alpha (upstream galpha, or None)."""
+    return _backend(False, x, G, alpha, has_triton=True).gat_grad(A, x, s, d, e, seed, drop, scale, slope, alpha,
+                                                                 G, galpha)
 
 
 def gat_dropped(seed: torch.Tensor, nnz: int, heads: int, drop: int) -> torch.Tensor:

@@ -327,32 +327,32 @@ def _scattered(yt: torch.Tensor, perm: torch.Tensor, like: torch.Tensor) -> torc
 
 # ------------------------------------------------------ graph attention (graph_attention)
 # A 2-D view (n, m), row i a target node and its columns the sources it attends to;
-# x (m, H, F), s (m, H), d (n, H) and the gradients, as kernel_array makes them (the
-# custom op's); dropout: seed (None, or an int64 tensor of one element) and drop (of 2^24).
-def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+# x (m, H, F), s (m, H), d (n, H), e (nnz, H) or None and the gradients, as kernel_array
+# makes them (the custom op's); dropout: seed (None, or an int64 tensor of one element) and drop (of 2^24).
+def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
         slope: float):
     """(out (n, H, F), alpha (nnz, H)): attention over each row's entries and the rows of
     x it weighs, in one walk (csrc/gat_forward.c); no (nnz, H, F) temporary."""
     n, (_, H, F) = A.nrows, x.shape
     out = torch.empty(n, H, F, dtype=x.dtype)
     alpha = torch.empty(A.col.shape[0], H, dtype=x.dtype)
-    _C.gat_forward(A.ptr, A.col, n, A.ncols, x, s, d, _seed(seed), drop, scale, slope, alpha, out,
+    _C.gat_forward(A.ptr, A.col, n, A.ncols, x, s, d, e, _seed(seed), drop, scale, slope, alpha, out,
                    torch.get_num_threads())
     return out, alpha
 
 
-def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
              slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
-    """(gx, gs, gd): the gradients of gat's out (G) and alpha (galpha, or None) back to x,
-    s and d: the rows' scores (csrc/gat_grad_scores.c), then the sums over each source
-    (csrc/gat_grad_src.c); one (nnz, H) temporary."""
+    """(gx, gs, gd, ge): the gradients of gat's out (G) and alpha (galpha, or None) back to
+    x, s, d and e: the rows' scores (csrc/gat_grad_scores.c: their gradient dz is e's), then
+    the sums over each source (csrc/gat_grad_src.c); one (nnz, H) array, returned as ge."""
     n, m, nt, seed = A.nrows, A.ncols, torch.get_num_threads(), _seed(seed)
     dz = torch.empty_like(alpha)
     gd = torch.empty_like(d)
-    _C.gat_grad_scores(A.ptr, A.col, n, m, x, s, d, seed, drop, scale, slope, alpha, G, galpha, dz, gd, nt)
+    _C.gat_grad_scores(A.ptr, A.col, n, m, x, s, d, e, seed, drop, scale, slope, alpha, G, galpha, dz, gd, nt)
     gx, gs = torch.empty_like(x), torch.empty_like(s)
     _C.gat_grad_src(A.ptr, A.col, n, m, x, seed, drop, scale, alpha, G, dz, gx, gs, nt)
-    return gx, gs, gd
+    return gx, gs, gd, dz
 
 
 def _seed(seed) -> int:

@@ -518,10 +518,11 @@ def gat_dropped(seed: torch.Tensor, nnz: int, heads: int, drop: int) -> torch.Te
     return (_shifted(z ^ _shifted(z, 31), 40) < drop).reshape(nnz, heads)
 
 
-def _gat_scores(A: CSRView, s: torch.Tensor, d: torch.Tensor):
-    """(rows, cols, z): each entry's row and column, and z = s[j] + d[i] (nnz, H)."""
+def _gat_scores(A: CSRView, s: torch.Tensor, d: torch.Tensor, e):
+    """(rows, cols, z): each entry's row and column, and z = s[j] + d[i] (+ e) (nnz, H)."""
     _, rows, cols = global_csr(A._replace(values=None))
-    return rows, cols, s.index_select(0, cols) + d.index_select(0, rows)
+    z = s.index_select(0, cols) + d.index_select(0, rows)
+    return rows, cols, z if e is None else z + e
 
 
 def _gat_weights(alpha: torch.Tensor, seed, drop: int, scale: float) -> torch.Tensor:
@@ -531,20 +532,20 @@ def _gat_weights(alpha: torch.Tensor, seed, drop: int, scale: float) -> torch.Te
     return torch.where(gat_dropped(seed, *alpha.shape, drop), 0.0, alpha * scale)
 
 
-def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
         slope: float):
     """As cpu.gat: the softmax of each row's scores, then the weighted rows of x."""
-    rows, cols, z = _gat_scores(A, s, d)
+    rows, cols, z = _gat_scores(A, s, d, e)
     alpha = softmax(A._replace(values=torch.nn.functional.leaky_relu(z, slope)), True, False)
     w = _gat_weights(alpha, seed, drop, scale)
     out = x.new_zeros(A.nrows, *x.shape[1:]).index_add_(0, rows, w.unsqueeze(-1) * x.index_select(0, cols))
     return out, alpha
 
 
-def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
              slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
     """As cpu.gat_grad."""
-    rows, cols, z = _gat_scores(A, s, d)
+    rows, cols, z = _gat_scores(A, s, d, e)
     Gi = G.index_select(0, rows)
     ga = _gat_weights((Gi * x.index_select(0, cols)).sum(-1), seed, drop, scale)
     if galpha is not None:
@@ -555,4 +556,4 @@ def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed
     gd = torch.zeros_like(d).index_add_(0, rows, dz)
     gs = torch.zeros_like(s).index_add_(0, cols, dz)
     gx = torch.zeros_like(x).index_add_(0, cols, _gat_weights(alpha, seed, drop, scale).unsqueeze(-1) * Gi)
-    return gx, gs, gd
+    return gx, gs, gd, dz

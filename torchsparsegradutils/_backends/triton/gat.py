@@ -1,4 +1,5 @@
-"""Fused graph attention in Triton (graph_attention, GATConv): the scores' LeakyReLU,
+"""Fused graph attention in Triton (graph_attention, GATConv): the scores (with an
+optional per-entry score, HAS_EDGE) and their LeakyReLU,
 each row's softmax per head, dropout and the weighted sum of the sources' features in
 one kernel; the backward by rows (the scores' gradient, and d's) then by sources
 (x's and s's, through the transpose's pattern): deterministic, no atomics, and
@@ -36,9 +37,21 @@ def _weights(alpha, e, h, H, seedp, drop, scale, DROP: tl.constexpr):
 
 
 @triton.jit
-def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, out, H, F, DROP: tl.constexpr,
-                        BE: tl.constexpr, BH: tl.constexpr, BF: tl.constexpr, ACC: tl.constexpr):
-    """Row i: alpha[e, h] = softmax over the row of LeakyReLU(s[j, h] + d[i, h]), and
+def _score(s, es, j, e, h, H, m2, di, ACC: tl.constexpr, HAS_EDGE: tl.constexpr):
+    """The scores before LeakyReLU (BE, BH) of entries e (sources j) and heads h of a row
+    with target scores di: s[j, h] + di[h], plus es[e, h] with HAS_EDGE (the C kernels' order)."""
+    z = tl.load(s + j[:, None] * H + h[None, :], mask=m2, other=0).to(ACC) + di[None, :]
+    if HAS_EDGE:
+        z += tl.load(es + e[:, None] * H + h[None, :], mask=m2, other=0).to(ACC)
+    return z
+
+
+@triton.jit
+def _gat_forward_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, out, H, F, DROP: tl.constexpr,
+                        HAS_EDGE: tl.constexpr, BE: tl.constexpr, BH: tl.constexpr, BF: tl.constexpr,
+                        ACC: tl.constexpr):
+    """Row i: alpha[e, h] = softmax over the row of LeakyReLU(s[j, h] + d[i, h] (+ es[e, h]
+    with HAS_EDGE)), and
     out[i, h, :] = sum over the row of the dropped-out alpha times x[j, h, :]."""
     i = tl.program_id(0)
     scale, slope = tl.load(consts), tl.load(consts + 1)
@@ -55,7 +68,7 @@ def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, out, H, F
         e = e0 + tl.arange(0, BE)
         m2 = (e < end)[:, None] & hm[None, :]
         j = tl.load(col + e, mask=e < end, other=0)
-        z = tl.load(s + j[:, None] * H + h[None, :], mask=m2, other=0).to(ACC) + di[None, :]
+        z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         mx = tl.maximum(mx, tl.max(tl.where(m2, z, float("-inf")), axis=0))
     mx = tl.where(hm, mx, 0.0)
@@ -64,7 +77,7 @@ def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, out, H, F
         e = e0 + tl.arange(0, BE)
         m2 = (e < end)[:, None] & hm[None, :]
         j = tl.load(col + e, mask=e < end, other=0)
-        z = tl.load(s + j[:, None] * H + h[None, :], mask=m2, other=0).to(ACC) + di[None, :]
+        z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         tot += tl.sum(tl.where(m2, tl.exp(z - mx[None, :]), 0.0), axis=0)
     inv = 1.0 / tl.where(hm, tot, 1.0)
@@ -74,7 +87,7 @@ def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, out, H, F
         em = e < end
         m2 = em[:, None] & hm[None, :]
         j = tl.load(col + e, mask=em, other=0)
-        z = tl.load(s + j[:, None] * H + h[None, :], mask=m2, other=0).to(ACC) + di[None, :]
+        z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         a = tl.exp(z - mx[None, :]) * inv[None, :]
         tl.store(alpha + e[:, None] * H + h[None, :], a.to(alpha.dtype.element_ty), mask=m2)
@@ -86,12 +99,12 @@ def _gat_forward_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, out, H, F
 
 
 @triton.jit
-def _gat_grad_rows_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, G, galpha, dz, gd, H, F,
-                          DROP: tl.constexpr, HAS_GALPHA: tl.constexpr, BE: tl.constexpr, BH: tl.constexpr,
-                          BF: tl.constexpr, ACC: tl.constexpr):
+def _gat_grad_rows_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, G, galpha, dz, gd, H, F,
+                          DROP: tl.constexpr, HAS_GALPHA: tl.constexpr, HAS_EDGE: tl.constexpr, BE: tl.constexpr,
+                          BH: tl.constexpr, BF: tl.constexpr, ACC: tl.constexpr):
     """Row i: ga[e, h] = (dropped-out) dot(G[i, h], x[j, h]) + galpha[e, h]; the softmax's
-    gradient alpha (ga - sum over the row of alpha ga) through LeakyReLU into dz[e, h],
-    and gd[i, h] = its sum over the row.  dz holds ga between the two passes."""
+    gradient alpha (ga - sum over the row of alpha ga) through LeakyReLU into dz[e, h]
+    (es's gradient), and gd[i, h] = its sum over the row.  dz holds ga between the two passes."""
     i = tl.program_id(0)
     scale, slope = tl.load(consts), tl.load(consts + 1)
     h = tl.arange(0, BH)
@@ -125,7 +138,7 @@ def _gat_grad_rows_kernel(ptr, col, x, s, d, seedp, drop, consts, alpha, G, galp
         m2 = em[:, None] & hm[None, :]
         at = e[:, None] * H + h[None, :]
         j = tl.load(col + e, mask=em, other=0)
-        z = tl.load(s + j[:, None] * H + h[None, :], mask=m2, other=0).to(ACC) + di[None, :]
+        z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         a = tl.load(alpha + at, mask=m2, other=0).to(ACC)
         ge = a * (tl.load(dz + at, mask=m2, other=0).to(ACC) - c[None, :])
         ge = tl.where(z > 0, ge, slope * ge)
@@ -179,7 +192,7 @@ def _blocks(x: torch.Tensor):
     return dict(BE=BLOCK_E, BH=block(H), BF=block(F), ACC=acc_type(x.dtype))
 
 
-def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
         slope: float):
     """(out (n, H, F), alpha (nnz, H)): attention over each row's entries and the rows of
     x it weighs, one program per row."""
@@ -188,26 +201,28 @@ def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, dro
     out = torch.empty(n, H, F, dtype=x.dtype, device=x.device)
     alpha = torch.empty(P.col.shape[0], H, dtype=x.dtype, device=x.device)
     if n and H:
-        _gat_forward_kernel[(n,)](P.ptr, P.col, x, s, d, seed, drop, _consts(x, scale, slope), alpha, out, H, F,
-                                  DROP=bool(drop), **_blocks(x))
+        _gat_forward_kernel[(n,)](P.ptr, P.col, x, s, d, e, seed, drop, _consts(x, scale, slope), alpha, out, H,
+                                  F, DROP=bool(drop), HAS_EDGE=e is not None, **_blocks(x))
     return out, alpha
 
 
-def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, seed, drop: int, scale: float,
+def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
              slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
-    """(gx, gs, gd): the gradients of gat's out (G) and alpha (galpha, or None) back to x,
-    s and d: by rows (the scores' gradient dz, gd), then by sources (gx, gs)."""
+    """(gx, gs, gd, ge): the gradients of gat's out (G) and alpha (galpha, or None) back to
+    x, s, d and e: by rows (the scores' gradient dz, which is e's, and gd), then by
+    sources (gx, gs)."""
     P = pattern(A)
     n, (m, H, F) = A.nrows, x.shape
     dz = torch.empty_like(alpha)
     gd, gx, gs = torch.zeros_like(d), torch.zeros_like(x), torch.zeros_like(s)
     if not (H and P.col.numel()):
-        return gx, gs, gd
+        return gx, gs, gd, dz
     G = G.contiguous()
     consts = _consts(x, scale, slope)
-    _gat_grad_rows_kernel[(n,)](P.ptr, P.col, x, s, d, seed, drop, consts, alpha, G, galpha, dz, gd, H, F,
-                                DROP=bool(drop), HAS_GALPHA=galpha is not None, **_blocks(x))
+    _gat_grad_rows_kernel[(n,)](P.ptr, P.col, x, s, d, e, seed, drop, consts, alpha, G, galpha, dz, gd, H, F,
+                                DROP=bool(drop), HAS_GALPHA=galpha is not None, HAS_EDGE=e is not None,
+                                **_blocks(x))
     tptr, trow, perm = transpose(P)
     _gat_grad_src_kernel[(m,)](tptr, trow, perm, seed, drop, consts, alpha, G, dz, gx, gs, H, F, DROP=bool(drop),
                                **_blocks(x))
-    return gx, gs, gd
+    return gx, gs, gd, dz

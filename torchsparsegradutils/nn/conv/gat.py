@@ -1,47 +1,93 @@
 """``GATConv``, graph attention (Veličković et al.) as PyTorch Geometric has it, on
 :func:`~torchsparsegradutils.graph_attention`, and ``gat_adjacency``, its attention pattern."""
+import math
+from typing import NamedTuple, Optional
+
 import torch
+import torch.nn.functional as F
 
 from ..._core.intake import checked_view, coo_structure
 from ..._core.sparse_csr import SparseCSR
 from ..._core.view import entry_rows
 from ...graph_attention import graph_attention
 from .._features import check_features, linear
-from ._edge_index import cached, check_edge_index, moved
+from ._edge_index import cached, check_edge_index, is_sparse_adjacency, sparse_entries
 
 __all__ = ["GATConv", "gat_adjacency"]
 
+FILL_REDUCES = ("add", "sum", "mean", "min", "max", "mul")
+
 
 class GATConv(torch.nn.Module):
-    r"""Graph attention (Veličković et al.), PyTorch Geometric's ``GATConv``: with
-    ``h = x W^T`` split into ``heads`` heads of ``out_channels``,
+    r"""Graph attention (Veličković et al.), PyTorch Geometric's ``GATConv`` (PyG 2.8): with
+    ``h = x W^T`` split into ``heads`` heads of ``out_channels``, per head
 
     .. math::
-        \alpha_{ij} = \mathrm{softmax}_j\,\mathrm{LeakyReLU}(a_{src} \cdot h_j + a_{dst} \cdot h_i),
-        \quad x'_i = \sum_{j \in N(i)} \alpha_{ij} h_j
+        \alpha_{ij} = \mathrm{softmax}_j\,\mathrm{LeakyReLU}(a_{src} \cdot h_j + a_{dst} \cdot h_i
+        + a_{edge} \cdot W_e e_{ij}), \quad x'_i = \sum_{j \in N(i)} \alpha_{ij} h_j
 
-    per head (``j -> i`` over ``edge_index[0] -> edge_index[1]``, PyG's direction), the
-    heads concatenated (``concat=True``) or averaged, plus ``bias``.  Dropout on ``alpha``
-    in training.  The attention is :func:`~torchsparsegradutils.graph_attention`: fused,
-    with no (edges x heads x features) tensor on the CPU.
+    (``j -> i`` over ``edge_index[0] -> edge_index[1]``, PyG's direction; the edge term only
+    with ``edge_dim``), the heads concatenated or averaged, plus the residual and ``bias``.
+    The attention is :func:`~torchsparsegradutils.graph_attention`: fused, with no (edges x
+    heads x features) tensor on the CPU (the edge term is ``edge_attr @ M^T`` with ``M``
+    ``(heads, edge_dim)`` folded from ``lin_edge`` and ``att_edge``: no ``lin_edge(edge_attr)``
+    of ``edges x heads*out_channels`` either).
 
-    The parameters are PyG's: ``lin`` (:class:`torch.nn.Linear`, no bias, ``heads *
-    out_channels`` outputs), ``att_src`` and ``att_dst`` ``(1, heads, out_channels)``,
-    ``bias``; a PyG ``GATConv(in_channels, ...)``'s ``state_dict`` loads as it is
-    (bipartite ``in_channels`` pairs, ``edge_dim``, ``fill_value`` and ``residual`` are
-    not offered).
+    Parameters (PyG's names, defaults and meaning)
+    ----------
+    in_channels : int, or a pair ``(source, target)`` for a bipartite graph (then
+        ``lin_src`` and ``lin_dst`` replace ``lin``).  PyG's lazy ``-1`` is not offered
+        (ValueError).
+    out_channels : features per head.
+    heads : attention heads (default 1).
+    concat : concatenate the heads (``heads * out_channels`` outputs, default), or average them.
+    negative_slope : LeakyReLU's slope (default 0.2).
+    dropout : probability of dropping an attention weight in training (default 0).  One
+        difference from PyG: a repeated edge is one entry of the pattern (see below), so its
+        copies are dropped together (each copy is still kept with probability
+        ``1 - dropout``; only their correlation differs from PyG's independent draws).
+    add_self_loops : remove the given self loops and add one per node ``i < min(n_source,
+        n_target)`` (``min(size)`` when given), for an ``edge_index`` and for a sparse
+        adjacency alike (default True).
+    edge_dim : edge feature width; then ``lin_edge`` and ``att_edge`` exist and ``edge_attr``
+        enters the scores (default None: ``edge_attr`` is ignored, as in PyG).
+    fill_value : the ``edge_attr`` of the added self loops (default ``"mean"``): a float or a
+        tensor (broadcast to ``(edge_dim,)``), or ``"mean"``, ``"add"``/``"sum"``, ``"min"``,
+        ``"max"``, ``"mul"`` of the node's incoming edges' (0 for a node without, 1 for
+        ``"mul"``), as PyG's ``add_self_loops``.
+    bias : learn an additive bias (default True).
+    residual : add ``res(x_target)``, a linear map without bias (default False).
+    **kwargs : PyG's ``MessagePassing`` options: only ``aggr="add"`` is accepted (ValueError
+        for anything else, naming it).
 
-    ``forward(x, adjacency, return_attention_weights=False)`` takes an ``edge_index``
-    (2, E): with ``add_self_loops`` its self loops removed and one per node added, as
-    PyG does; built into a pattern on first use and cached as :class:`GCNConv`'s is.
-    Unlike PyG, an edge given twice is attended to once (the pattern holds it once).
-    ``adjacency`` may also be a ready ``(n, n)`` :class:`SparseCSR` or torch sparse
-    tensor (its pattern is used as it is, no loops added; its values are not read):
-    what ``torch.compile(fullgraph=True)`` should get (build it once with
-    :func:`gat_adjacency`).  ``x`` may be dense or sparse (see :mod:`torchsparsegradutils.nn`).  With
-    ``return_attention_weights`` the result is ``(out, (edge_index, alpha))``:
-    the pattern's edges (sources, targets) in its CSR order and ``alpha`` (E, heads)
-    after dropout.
+    State dict keys are PyG's: ``lin.weight`` (or ``lin_src.weight`` and ``lin_dst.weight``),
+    ``att_src``, ``att_dst``, ``att_edge`` and ``lin_edge.weight`` (with ``edge_dim``),
+    ``res.weight`` (with ``residual``), ``bias``: a PyG ``state_dict`` loads as it is, and ours
+    into PyG's.
+
+    ``forward(x, edge_index, edge_attr=None, size=None, return_attention_weights=None)``:
+
+    * ``x``: ``(n, F)`` (dense, or sparse: see :mod:`torchsparsegradutils.nn`), or a pair
+      ``(x_source, x_target)``, ``x_target`` may be None (then the target score is 0, no
+      residual, and the targets are counted by ``size[1]``, else as the sources).
+    * ``edge_index``: ``(2, E)`` (sources, targets), each edge counted once per occurrence
+      exactly as PyG: a repeated edge is stored once in the pattern with its copies' share
+      folded into an additive score (``log`` of the sum of the copies' ``exp`` scores, put
+      back before LeakyReLU), which gives PyG's softmax, output and gradients (copies with
+      different ``edge_attr`` included).  The pattern is built once and cached while an
+      ``edge_index`` of the same contents comes back.  Or a sparse adjacency ``adj_t``
+      ``(n_target, n_source)``: a :class:`SparseCSR` or a torch COO/CSR/CSC tensor (its values
+      unread), which gets PyG's self loops too; ``edge_attr`` is then not supported
+      (ValueError; PyG raises too).  For ``torch.compile(fullgraph=True)`` pass a
+      :class:`SparseCSR` built by :func:`gat_adjacency` to a layer with
+      ``add_self_loops=False`` (adding loops changes the shape: a graph break).
+    * ``edge_attr``: ``(E, edge_dim)`` or ``(E,)``, one row per column of ``edge_index``.
+    * ``size``: ``(n_source, n_target)``.
+    * ``return_attention_weights``: when true, ``(out, (edge_index, alpha))`` with PyG's
+      ``edge_index`` (after its self-loop handling: the kept edges in their order, then the
+      loops) and ``alpha`` ``(E', heads)`` one row per edge, after dropout; for a sparse
+      adjacency ``(out, (adj, alpha))``, ``adj`` a torch sparse tensor (COO for a COO
+      input, else CSR) ``(n_target, n_source, heads)`` holding ``alpha``.
 
     >>> _ = torch.manual_seed(0)
     >>> conv = GATConv(3, 2, heads=4)
@@ -51,62 +97,352 @@ class GATConv(torch.nn.Module):
     ['att_dst', 'att_src', 'bias', 'lin.weight']
     """
 
-    def __init__(self, in_channels: int, out_channels: int, heads: int = 1, concat: bool = True,
-                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True, bias: bool = True):
+    def __init__(self, in_channels, out_channels: int, heads: int = 1, concat: bool = True,
+                 negative_slope: float = 0.2, dropout: float = 0.0, add_self_loops: bool = True,
+                 edge_dim: Optional[int] = None, fill_value="mean", bias: bool = True, residual: bool = False,
+                 **kwargs):
         super().__init__()
-        if not isinstance(in_channels, int):
-            raise ValueError(f"in_channels must be an int (bipartite pairs are not supported), got {in_channels!r}")
+        aggr = kwargs.pop("aggr", "add")
+        if aggr not in ("add", "sum"):
+            raise ValueError(f"GATConv sums the attended messages: aggr must be 'add', got {aggr!r}")
+        if kwargs:
+            raise ValueError(f"GATConv does not support the MessagePassing option(s) {', '.join(sorted(kwargs))}")
+        pair = isinstance(in_channels, (tuple, list))
+        if not (_is_int(in_channels) or (pair and len(in_channels) == 2 and all(map(_is_int, in_channels)))):
+            raise ValueError(f"in_channels must be an int or a pair of ints (source, target), got {in_channels!r}")
+        if any(c < 0 for c in (in_channels if pair else (in_channels,))):
+            raise ValueError(f"in_channels must be non-negative (PyG's lazy -1 is not supported), got {in_channels!r}")
+        if not _is_int(out_channels) or out_channels < 0 or not _is_int(heads) or heads < 1:
+            raise ValueError(f"out_channels must be a non-negative int and heads a positive int, got "
+                             f"{out_channels!r} and {heads!r}")
         if not 0.0 <= dropout <= 1.0:
             raise ValueError(f"dropout must be in [0, 1], got {dropout}")
-        self.in_channels, self.out_channels, self.heads, self.concat = in_channels, out_channels, heads, concat
+        if edge_dim is not None and (not _is_int(edge_dim) or edge_dim < 1):
+            raise ValueError(f"edge_dim must be a positive int or None, got {edge_dim!r}")
+        if isinstance(fill_value, str) and fill_value not in FILL_REDUCES:
+            raise ValueError(f"fill_value must be a float, a tensor or one of {', '.join(FILL_REDUCES)}, got "
+                             f"{fill_value!r}")
+        if not isinstance(fill_value, (str, int, float, torch.Tensor)):
+            raise ValueError(f"fill_value must be a float, a tensor or a reduction name, got {type(fill_value).__name__}")
+        self.in_channels = tuple(in_channels) if pair else in_channels
+        self.out_channels, self.heads, self.concat = out_channels, heads, concat
         self.negative_slope, self.dropout, self.add_self_loops = negative_slope, dropout, add_self_loops
-        self.lin = torch.nn.Linear(in_channels, heads * out_channels, bias=False)
+        self.edge_dim, self.fill_value, self.residual = edge_dim, fill_value, residual
+        HC = heads * out_channels
+        self.lin = self.lin_src = self.lin_dst = None
+        if pair:
+            self.lin_src = torch.nn.Linear(in_channels[0], HC, bias=False)
+            self.lin_dst = torch.nn.Linear(in_channels[1], HC, bias=False)
+        else:
+            self.lin = torch.nn.Linear(in_channels, HC, bias=False)
         self.att_src = torch.nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = torch.nn.Parameter(torch.empty(1, heads, out_channels))
-        self.bias = torch.nn.Parameter(torch.empty(heads * out_channels if concat else out_channels)) if bias else None
-        self._cache = None            # (key, copy of edge_index, SparseCSR)
+        if edge_dim is not None:
+            self.lin_edge = torch.nn.Linear(edge_dim, HC, bias=False)
+            self.att_edge = torch.nn.Parameter(torch.empty(1, heads, out_channels))
+        else:
+            self.lin_edge = None
+            self.register_parameter("att_edge", None)
+        total = HC if concat else out_channels
+        if residual:
+            self.res = torch.nn.Linear(in_channels[1] if pair else in_channels, total, bias=False)
+        else:
+            self.register_parameter("res", None)
+        if bias:
+            self.bias = torch.nn.Parameter(torch.empty(total))
+        else:
+            self.register_parameter("bias", None)
+        self._cache = None            # (key, copy of edge_index, _Plan)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Glorot (Xavier uniform) weights, zero bias, as PyG."""
-        torch.nn.init.xavier_uniform_(self.lin.weight)
-        for att in (self.att_src, self.att_dst):
-            bound = (6.0 / (att.shape[-2] + att.shape[-1])) ** 0.5
-            torch.nn.init.uniform_(att, -bound, bound)
+        """Glorot (Xavier uniform) weights and attention vectors, zero bias, as PyG."""
+        for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
+            if lin is not None:
+                _glorot(lin.weight)
+        for att in (self.att_src, self.att_dst, self.att_edge):
+            if att is not None:
+                _glorot(att)
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
 
-    def adjacency(self, edge_index: torch.Tensor, num_nodes: int) -> SparseCSR:
-        """gat_adjacency of edge_index, cached (see the class notes)."""
-        key = (num_nodes, self.lin.weight.device, self.add_self_loops)
-        return cached(self, key, edge_index, lambda: moved(gat_adjacency(edge_index, num_nodes, self.add_self_loops),
-                                                           key[1]))
-
-    def forward(self, x, adjacency, return_attention_weights: bool = False):
-        check_features(x, "x")
+    # ------------------------------------------------------------------ forward
+    def forward(self, x, edge_index, edge_attr: Optional[torch.Tensor] = None, size=None,
+                return_attention_weights=None):
         H, C = self.heads, self.out_channels
-        n = x.shape[0]
-        h = linear(x, self.lin.weight).view(n, H, C)
-        s, d = _AttentionScores.apply(h, torch.cat([self.att_src, self.att_dst])).unbind(0)
-        if isinstance(adjacency, SparseCSR) or (isinstance(adjacency, torch.Tensor) and
-                                               adjacency.layout in (torch.sparse_coo, torch.sparse_csr)):
-            A = adjacency
+        pair = isinstance(x, (tuple, list)) and not isinstance(x, SparseCSR)    # a SparseCSR is a tuple
+        if pair and len(x) != 2:
+            raise ValueError(f"x must be a tensor or a pair (x_source, x_target), got {len(x)} items")
+        x_src, x_dst = tuple(x) if pair else (x, None)
+        if x_src is None:
+            raise ValueError("x_source must be given (x = (x_source, x_target), only x_target may be None)")
+        check_features(x_src, "x_source" if pair else "x")
+        if x_dst is not None:
+            check_features(x_dst, "x_target")
+        lin_src, lin_dst = (self.lin, self.lin) if self.lin is not None else (self.lin_src, self.lin_dst)
+        res = None
+        def heads_of(t, lin):
+            return linear(t, lin.weight).view(t.shape[0], H, C)       # not view(-1, ...): C may be 0
+        if not pair:
+            h_src = heads_of(x_src, lin_src)
+            h_dst = h_src if self.lin is not None else heads_of(x_src, lin_dst)
+            if self.res is not None:
+                res = linear(x_src, self.res.weight)
         else:
-            A = self.adjacency(adjacency, n)
-        out = graph_attention(A, h, s, d, self.negative_slope, self.dropout, self.training,
-                              return_attention=return_attention_weights)
-        out, alpha = out if return_attention_weights else (out, None)
-        out = out.reshape(n, H * C) if self.concat else out.mean(1)
+            h_src = heads_of(x_src, lin_src)
+            h_dst = None if x_dst is None else heads_of(x_dst, lin_dst)
+            if x_dst is not None and self.res is not None:
+                res = linear(x_dst, self.res.weight)
+        if h_dst is h_src:
+            s, d = _AttentionScores.apply(h_src, torch.cat([self.att_src, self.att_dst])).unbind(0)
+        else:
+            s = (h_src * self.att_src).sum(-1)
+            d = None if h_dst is None else (h_dst * self.att_dst).sum(-1)
+
+        n_src, n_dst, loops = self._sizes(h_src, h_dst, edge_index, size)
+        if d is None:
+            d = s.new_zeros(n_dst, H)
+        sparse = is_sparse_adjacency(edge_index)
+        use_edges = edge_attr is not None and self.lin_edge is not None
+        if sparse and use_edges:
+            raise ValueError("GATConv: edge_attr with a sparse adjacency is not supported (PyG raises too): "
+                             "pass an edge_index")
+        if sparse and not self.add_self_loops:
+            A, plan = (edge_index if edge_index.layout != torch.sparse_csc else _csr_of(edge_index)), None
+        else:
+            plan = self._plan(edge_index, n_src, n_dst, loops)
+            A = plan.A
+        e_occ = self._edge_scores(edge_attr, edge_index, plan, loops) if use_edges else None
+        e_entry, share = _entry_scores(plan, s, d, e_occ, self.negative_slope) if plan is not None else (None, None)
+        want_alpha = bool(return_attention_weights)
+        out = graph_attention(A, h_src, s, d, self.negative_slope, self.dropout, self.training,
+                              return_attention=want_alpha, edge_score=e_entry)
+        out, alpha = out if want_alpha else (out, None)
+        out = out.reshape(n_dst, H * C) if self.concat else out.mean(1)
+        if res is not None:
+            out = out + res
         if self.bias is not None:
             out = out + self.bias
-        if not return_attention_weights:
+        if not want_alpha:
             return out
-        ptr, col = (A.crow_indices, A.col_indices) if isinstance(A, SparseCSR) else _pattern_arrays(A)
-        return out, (torch.stack([col.long(), entry_rows(ptr)]), alpha)
+        if sparse:
+            return out, (_sparse_weights(edge_index, A, alpha), alpha)
+        alpha_occ = alpha.index_select(0, plan.inv)
+        if share is not None:
+            dup_occ = plan.dup.occ
+            alpha_occ = alpha_occ.index_copy(0, dup_occ, alpha_occ.index_select(0, dup_occ) * share)
+        return out, (plan.edge_index, alpha_occ)
 
-    def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, heads={self.heads}, concat={self.concat}, "
-                f"dropout={self.dropout}, add_self_loops={self.add_self_loops}, bias={self.bias is not None}")
+    def _sizes(self, h_src, h_dst, edge_index, size):
+        """(n_source, n_target, number of self loops to add) as PyG infers them (ValueError
+        where they disagree)."""
+        if size is not None and (not isinstance(size, (tuple, list)) or len(size) != 2 or
+                                 not all(v is None or _is_int(v) for v in size)):
+            raise ValueError(f"size must be a pair (n_source, n_target) of ints or None, got {size!r}")
+        n_src = h_src.shape[0]
+        if size is not None and size[0] is not None and size[0] != n_src:
+            raise ValueError(f"size[0] = {size[0]} source nodes but x_source has {n_src} rows")
+        if is_sparse_adjacency(edge_index):
+            if edge_index.dim() != 2:
+                raise ValueError(f"a sparse adjacency must be 2-D (n_target, n_source), got shape "
+                                 f"{tuple(edge_index.shape)}")
+            n_dst, m = edge_index.shape
+            if m != n_src:
+                raise ValueError(f"the adjacency has {m} source columns but x_source has {n_src} rows "
+                                 f"(adj_t is (n_target, n_source), PyG's transposed convention)")
+            if size is not None and size[1] is not None and size[1] != n_dst:
+                raise ValueError(f"size[1] = {size[1]} target nodes but the adjacency has {n_dst} rows")
+            loops = min(n_dst, n_src)
+        else:
+            check_edge_index(edge_index)
+            if size is not None and size[1] is not None:
+                n_dst = size[1]
+            else:
+                n_dst = h_dst.shape[0] if h_dst is not None else n_src
+            loops = n_src if h_dst is None else min(n_src, h_dst.shape[0])
+            if size is not None:
+                loops = min([loops] + [v for v in size if v is not None]) if None in size else min(size)
+        if h_dst is not None and h_dst.shape[0] != n_dst:
+            raise ValueError(f"x_target has {h_dst.shape[0]} rows but there are {n_dst} target nodes")
+        return n_src, n_dst, loops
+
+    def _plan(self, edge_index, n_src: int, n_dst: int, loops: int) -> "_Plan":
+        """The attention pattern of an edge_index (or a sparse adjacency) with PyG's self-loop
+        handling, its repeated edges merged: cached while the same contents come back."""
+        device = self.att_src.device
+        with_loops = self.add_self_loops
+        if is_sparse_adjacency(edge_index):
+            rows, cols, _ = sparse_entries(edge_index)
+            ei = torch.stack([cols.long(), rows.long()])       # (source, target)
+            key = ("sparse", edge_index.layout if isinstance(edge_index, torch.Tensor) else "SparseCSR",
+                   n_src, n_dst, loops, device, with_loops)
+        else:
+            ei = edge_index
+            key = ("edge_index", n_src, n_dst, loops, device, with_loops)
+        return cached(self, key, ei, lambda: _build_plan(ei.to(device), n_src, n_dst, loops if with_loops else None))
+
+    def _edge_scores(self, edge_attr, edge_index, plan: "_Plan", loops: int) -> torch.Tensor:
+        """(E', heads): a_edge . W_e e for every edge of plan.edge_index (the kept edges'
+        edge_attr, then the self loops' by fill_value), as edge_attr @ M^T."""
+        if not isinstance(edge_attr, torch.Tensor):
+            raise ValueError(f"edge_attr must be a tensor or None, got {type(edge_attr).__name__}")
+        E = edge_index.shape[1]
+        ea = edge_attr.reshape(-1, 1) if edge_attr.dim() == 1 else edge_attr
+        if ea.dim() != 2 or ea.shape[0] != E or ea.shape[1] != self.edge_dim:
+            raise ValueError(f"edge_attr must be (E, edge_dim) = ({E}, {self.edge_dim}), got {tuple(edge_attr.shape)}")
+        if plan.keep is not None:
+            ea = ea[plan.keep]
+            ea = torch.cat([ea, _loop_attr(ea, plan.kept_targets, loops, self.fill_value)])
+        H, C = self.heads, self.out_channels
+        W = self.lin_edge.weight.view(H, C, -1)
+        M = (W * self.att_edge.view(H, C, 1)).sum(1)              # (H, edge_dim)
+        return ea.to(M.dtype) @ M.t()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _glorot(t: torch.Tensor) -> None:
+    bound = math.sqrt(6.0 / (t.shape[-2] + t.shape[-1]))
+    with torch.no_grad():
+        t.uniform_(-bound, bound)
+
+
+class _Dup(NamedTuple):
+    """The repeated edges of a plan: occ, the positions (in plan.edge_index) of the copies
+    of entries stored more than once; slot, each copy's group (0..S-1); entries, the
+    pattern entry of each group; single, the positions of the edges stored once."""
+    occ: torch.Tensor
+    slot: torch.Tensor
+    entries: torch.Tensor
+    single: torch.Tensor
+
+
+class _Plan(NamedTuple):
+    """A (n_target, n_source) SparseCSR pattern, each (target, source) once; edge_index (2,
+    E') PyG's edges after its self-loop handling; inv (E',) each edge's entry; keep (E,)
+    bool, which given edges were kept (None without self loops); kept_targets their
+    targets; rows (nnz,) each entry's row; dup, the repeated edges (None if none)."""
+    A: SparseCSR
+    edge_index: torch.Tensor
+    inv: torch.Tensor
+    keep: Optional[torch.Tensor]
+    kept_targets: Optional[torch.Tensor]
+    rows: torch.Tensor
+    dup: Optional[_Dup]
+
+
+def _build_plan(edge_index: torch.Tensor, n_src: int, n_dst: int, loops: Optional[int]) -> _Plan:
+    """_Plan of edge_index (2, E) on (n_src sources, n_dst targets); loops: the number of
+    self loops to add after removing the given ones (None: leave the edges as they are)."""
+    ei = edge_index.long()
+    src, dst = ei[0], ei[1]
+    if ei.numel() and (int(ei.min()) < 0 or int(src.max()) >= n_src or int(dst.max()) >= n_dst):
+        raise ValueError(f"edge_index has a node id out of range: sources must be in [0, {n_src}) and targets "
+                         f"in [0, {n_dst})")
+    keep = kept_targets = None
+    if loops is not None:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        kept_targets = dst
+        ar = torch.arange(loops, device=ei.device)
+        src, dst = torch.cat([src, ar]), torch.cat([dst, ar])
+        ei = torch.stack([src, dst])
+    stride = max(n_src, 1)
+    uniq, inv, counts = torch.unique(dst * stride + src, sorted=True, return_inverse=True, return_counts=True)
+    rows, cols = uniq // stride, uniq % stride
+    ptr = torch.zeros(n_dst + 1, dtype=torch.int64, device=ei.device)
+    torch.cumsum(torch.bincount(rows, minlength=n_dst), 0, out=ptr[1:])
+    A = SparseCSR(ptr, cols, torch.ones(1, device=ei.device).expand(cols.shape[0]), (n_dst, n_src))
+    dup = None
+    multi = counts > 1
+    if bool(multi.any()):
+        entries = multi.nonzero().reshape(-1)
+        slot_of = torch.full_like(counts, -1)
+        slot_of[entries] = torch.arange(entries.shape[0], device=ei.device)
+        occ_slot = slot_of[inv]
+        occ = (occ_slot >= 0).nonzero().reshape(-1)
+        dup = _Dup(occ, occ_slot[occ], entries, (occ_slot < 0).nonzero().reshape(-1))
+    return _Plan(A, ei, inv, keep, kept_targets, rows, dup)
+
+
+def _entry_scores(plan: _Plan, s, d, e_occ, slope: float):
+    """(edge_score (nnz, heads) or None, share (copies, heads) or None): the additive score
+    of each pattern entry, and each repeated edge's copy's share of its entry's weight.
+    An edge stored once takes its own edge score.  An entry standing for k copies with
+    scores z + e_1..e_k (z = s[j] + d[i]) gets c with LeakyReLU(z + c) = log sum_k
+    exp(LeakyReLU(z + e_k)): its softmax weight is the copies' summed, and out and every
+    gradient are PyG's (c is differentiable in s, d and the e_k)."""
+    nnz, H = plan.A.col_indices.shape[0], s.shape[1]
+    if plan.dup is None:
+        if e_occ is None:
+            return None, None
+        return e_occ.new_zeros(nnz, H).index_add(0, plan.inv, e_occ), None
+    if slope < 0:
+        raise ValueError(f"GATConv: a repeated edge needs negative_slope >= 0 (LeakyReLU invertible), got {slope}")
+    dup = plan.dup
+    z0 = s.index_select(0, plan.A.col_indices[dup.entries]) + d.index_select(0, plan.rows[dup.entries])
+    z = z0.index_select(0, dup.slot)
+    if e_occ is not None:
+        z = z + e_occ.index_select(0, dup.occ)
+    w = F.leaky_relu(z, slope)
+    S = dup.entries.shape[0]
+    mx = w.detach().new_full((S, H), -math.inf).scatter_reduce(0, dup.slot[:, None].expand(-1, H), w.detach(),
+                                                                 "amax")
+    lse = torch.log(w.new_zeros(S, H).index_add(0, dup.slot, torch.exp(w - mx.index_select(0, dup.slot)))) + mx
+    inverse = lse if slope == 0 else torch.where(lse > 0, lse, lse * (1.0 / slope))   # lse > 0 when slope == 0
+    c = inverse - z0
+    e_entry = c.new_zeros(nnz, H).index_add(0, dup.entries, c)
+    if e_occ is not None:
+        e_entry = e_entry.index_add(0, plan.inv.index_select(0, dup.single), e_occ.index_select(0, dup.single))
+    return e_entry, torch.exp(w - lse.index_select(0, dup.slot))
+
+
+def _loop_attr(ea: torch.Tensor, targets: torch.Tensor, N: int, fill) -> torch.Tensor:
+    """(N, D): the self loops' edge_attr by fill_value, as PyG's add_self_loops: a constant,
+    or the reduction of the node's incoming edges' (ea (E, D), their targets)."""
+    D = ea.shape[1]
+    if isinstance(fill, torch.Tensor):
+        t = fill.to(ea.device, ea.dtype)
+        return (t if t.dim() == 2 else t.reshape(1, -1)).expand(N, D).contiguous()
+    if not isinstance(fill, str):
+        return ea.new_full((N, D), float(fill))
+    idx = targets[:, None].expand(-1, D)
+    if fill in ("add", "sum"):
+        return ea.new_zeros(N, D).scatter_add(0, idx, ea)
+    if fill == "mean":
+        count = ea.new_zeros(N).index_add(0, targets, ea.new_ones(targets.shape[0])).clamp(min=1)
+        return ea.new_zeros(N, D).scatter_add(0, idx, ea) / count[:, None]
+    if fill == "mul":
+        return ea.new_ones(N, D).scatter_reduce(0, idx, ea, "prod", include_self=True)
+    return ea.new_zeros(N, D).scatter_reduce(0, idx, ea, "a" + fill, include_self=False)
+
+
+def _csr_of(adj: torch.Tensor) -> SparseCSR:
+    """A torch sparse CSC matrix's pattern as a SparseCSR."""
+    rows, cols, _ = sparse_entries(adj)
+    s = coo_structure(torch.stack([rows, cols]), tuple(adj.shape))
+    cols = s.indices[-1]
+    return SparseCSR(s.ptr, cols, torch.ones(1, device=cols.device).expand(cols.shape[0]), tuple(adj.shape))
+
+
+def _sparse_weights(given, A, alpha: torch.Tensor) -> torch.Tensor:
+    """alpha (nnz, heads) on the pattern A (what the attention ran on) as a torch sparse
+    tensor (n_target, n_source, heads): COO for a COO adjacency, else CSR."""
+    if isinstance(A, SparseCSR):
+        ptr, col = A.crow_indices, A.col_indices
+    else:
+        ptr, col = _pattern_arrays(A)
+    n, m = A.shape if not isinstance(A, SparseCSR) else A.size
+    size = (n, m, alpha.shape[1])
+    if isinstance(given, torch.Tensor) and given.layout == torch.sparse_coo:
+        idx = torch.stack([entry_rows(ptr), col.long()])
+        return torch.sparse_coo_tensor(idx, alpha, size, is_coalesced=True)
+    return torch.sparse_csr_tensor(ptr, col, alpha, size)
 
 
 class _AttentionScores(torch.autograd.Function):
@@ -133,10 +469,13 @@ class _AttentionScores(torch.autograd.Function):
 def gat_adjacency(edge_index: torch.Tensor, num_nodes: int, add_self_loops: bool = True) -> SparseCSR:
     r"""The ``(n, n)`` attention pattern of ``edge_index`` (2, E) for :class:`GATConv`, as a
     :class:`SparseCSR`: row ``target`` holds the columns ``source`` of its edges (PyG's
-    direction), each once; with ``add_self_loops`` the given self loops are dropped and
-    one per node added (PyG's ``remove_self_loops`` then ``add_self_loops``).  Its
-    values are ones (a broadcast view: no memory), not read by the attention.
-    ``ValueError`` for a malformed ``edge_index``.
+    direction), each once (a repeated edge is attended to once through this pattern:
+    give the ``edge_index`` itself to count it per occurrence, as PyG); with
+    ``add_self_loops`` the given self loops are dropped and one per node added (PyG's
+    ``remove_self_loops`` then ``add_self_loops``).  Its values are ones (a broadcast view:
+    no memory), not read by the attention.  ``ValueError`` for a malformed ``edge_index``.
+    Pass it to a ``GATConv(..., add_self_loops=False)`` (what ``torch.compile(fullgraph=True)``
+    traces).
 
     >>> S = gat_adjacency(torch.tensor([[0, 1], [1, 1]]), 2)
     >>> S.crow_indices, S.col_indices
