@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from ..._core.intake import checked_view, coo_structure
 from ..._core.sparse_csr import SparseCSR
+from ..._core.torch_sparse import coo_tensor, csr_tensor
 from ..._core.view import entry_rows
 from ...graph_attention import graph_attention
 from .._features import check_features, linear
@@ -441,8 +442,8 @@ def _sparse_weights(given, A, alpha: torch.Tensor) -> torch.Tensor:
     size = (n, m, alpha.shape[1])
     if isinstance(given, torch.Tensor) and given.layout == torch.sparse_coo:
         idx = torch.stack([entry_rows(ptr), col.long()])
-        return torch.sparse_coo_tensor(idx, alpha, size, is_coalesced=True)
-    return torch.sparse_csr_tensor(ptr, col, alpha, size)
+        return coo_tensor(idx, alpha, size, is_coalesced=True)
+    return csr_tensor(ptr, col, alpha, size)
 
 
 class _AttentionScores(torch.autograd.Function):
