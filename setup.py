@@ -12,7 +12,8 @@ so, unless TSGU_CUDA=1 or TSGU_WERROR is set (then it fails).  Environment:
 TSGU_CUDA=0 builds without them even where nvcc is found; TSGU_CUDA_ARCHS
 lists the GPU architectures, e.g. "80;90" (default: those of 7.0, 7.5, 8.0,
 8.6 and 9.0 that this nvcc supports), with machine code for each and PTX of
-the newest for later GPUs."""
+the newest for later GPUs; TSGU_OPT the C files' optimisation level (default
+-O3).  The C files compile in parallel, one per core."""
 import glob
 import os
 import shutil
@@ -25,7 +26,8 @@ from setuptools.command.build_ext import build_ext
 
 # -fvisibility=hidden: the module exports PyInit__C alone (PyMODINIT_FUNC marks it), so the
 # glue's and kernels' functions shared between files bind within the module, never elsewhere
-extra = ["-std=c11", "-O3", "-Wall", "-Wextra", "-pthread", "-fvisibility=hidden"]
+# TSGU_OPT: the optimisation level (the sanitizer build takes -O1, ASan's advice)
+extra = ["-std=c11", os.environ.get("TSGU_OPT", "-O3"), "-Wall", "-Wextra", "-pthread", "-fvisibility=hidden"]
 if os.environ.get("TSGU_WERROR"):
     extra.append("-Werror")
 

@@ -32,7 +32,8 @@ def sparse_mm(A, B, reduce: str = "sum"):
         ``grad_B``'s float32 sums take a buffer of its size in float32 meanwhile.
     B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device;
         or sparse like ``A`` (COO, CSR or ``SparseCSR``; see "Sparse B" below).
-    reduce : ``"sum"`` (the product), ``"mean"``, ``"amax"`` or ``"amin"``
+    reduce : ``"sum"`` (the product), ``"mean"``, ``"amax"`` or ``"amin"`` (or ``"max"`` and
+        ``"min"``, which torch.sparse.mm takes for them too)
         How the products ``A[i,j] * B[j,:]`` of row ``i``'s stored entries are
         combined, as in ``torch.sparse.mm``: ``"mean"`` divides the sum by the
         row's number of stored entries (of a COO ``A``, once coalesced);
@@ -100,7 +101,7 @@ def sparse_mm(A, B, reduce: str = "sum"):
         different dtypes.
     """
     if reduce != "sum":
-        check_reduce(reduce, B)
+        reduce = check_reduce(reduce, B)
     elif not isinstance(B, torch.Tensor) or B.layout is not torch.strided:
         if isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided):
             return _sparse_sparse_mm(A, B)

@@ -465,20 +465,42 @@ def test_arg_ops_gradgradcheck(kind):
 
 
 # ---------------------------------------------------------------- errors
-@pytest.mark.parametrize("reduce", ["max", "min", "prod", "Mean", "", None, 1])
+@pytest.mark.parametrize("reduce", ["prod", "Mean", "", None, 1])
 def test_unknown_reduce_is_a_value_error(reduce):
-    """Ours: a ValueError naming the four values.  PyTorch (2-D CSR): "max" and "min" are
-    aliases of "amax" and "amin"; anything else an error."""
+    """Ours: a ValueError naming the values allowed; PyTorch's (2-D CSR) an error too."""
     A, B = torch.eye(3).to_sparse_csr(), torch.randn(3, 2)
-    if reduce in ("max", "min"):
-        assert torch.equal(_quiet(torch.sparse.mm, A, B, reduce), _quiet(torch.sparse.mm, A, B, "a" + reduce))
-    else:
-        with pytest.raises((RuntimeError, TypeError)):
-            _quiet(torch.sparse.mm, A, B, reduce)
-    with pytest.raises(ValueError, match="reduce must be one of 'sum', 'mean', 'amax' or 'amin'"):
+    with pytest.raises((RuntimeError, TypeError)):
+        _quiet(torch.sparse.mm, A, B, reduce)
+    with pytest.raises(ValueError, match="reduce must be one of 'sum', 'mean', 'amax' .or 'max'. or 'amin'"):
         sparse_mm(A, B, reduce)
     with pytest.raises(ValueError, match="reduce must be one of"):
         sparse_mm(SparseCSR.from_torch(A), B, reduce)
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "sparse_csr"])
+@pytest.mark.parametrize("alias", ["max", "min"])
+def test_max_and_min_are_amax_and_amin(alias, layout):
+    """torch.sparse.mm's aliases: "max" and "min" give "amax" and "amin"'s values and
+    gradients (and PyTorch's product, on a 2-D CSR)."""
+    gen = seeded("reduce_alias", alias, layout)
+    D = torch.randn(6, 5, generator=gen, dtype=torch.float64) * (torch.rand(6, 5, generator=gen) < 0.5)
+    S = D.to_sparse_csr()
+    B = torch.randn(5, 3, generator=gen, dtype=torch.float64)
+    results = []
+    for reduce in (alias, "a" + alias):
+        v, X = S.values().clone().requires_grad_(), B.clone().requires_grad_()
+        if layout == "coo":
+            A = sparse_coo_tensor(D.to_sparse().indices(), v, D.shape)
+        elif layout == "csr":
+            A = sparse_csr_tensor(S.crow_indices(), S.col_indices(), v, D.shape)
+        else:
+            A = SparseCSR(S.crow_indices(), S.col_indices(), v, tuple(D.shape))
+        out = sparse_mm(A, X, reduce)
+        out.sum().backward()
+        results.append((out.detach(), v.grad, X.grad))
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+    torch.testing.assert_close(results[0][0], _quiet(torch.sparse.mm, S, B, alias))
 
 
 @pytest.mark.parametrize("reduce", REDUCE)

@@ -206,18 +206,25 @@ def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
     return a_shape, b_shape
 
 
-# sparse_mm's reduce= (torch.sparse.mm's): how each row's products are combined
+# sparse_mm's reduce= (torch.sparse.mm's): how each row's products are combined, and the
+# names torch.sparse.mm also takes for two of them
 REDUCTIONS = ("sum", "mean", "amax", "amin")
+REDUCE_ALIASES = {"max": "amax", "min": "amin"}
 
 
-def check_reduce(reduce, B) -> None:
-    """sparse_mm's reduce: one of REDUCTIONS, and with a sparse B "sum" alone (the
-    product of two sparse matrices has no reduce); a ValueError naming what is allowed."""
+def check_reduce(reduce, B) -> str:
+    """sparse_mm's reduce: one of REDUCTIONS or an alias of one (returned as its name in
+    REDUCTIONS), and with a sparse B "sum" alone (the product of two sparse matrices has
+    no reduce); a ValueError naming what is allowed."""
+    if isinstance(reduce, str):
+        reduce = REDUCE_ALIASES.get(reduce, reduce)
     if not isinstance(reduce, str) or reduce not in REDUCTIONS:
-        raise ValueError(f"reduce must be one of 'sum', 'mean', 'amax' or 'amin', got {reduce!r}")
+        raise ValueError(f"reduce must be one of 'sum', 'mean', 'amax' (or 'max') or 'amin' (or 'min'), "
+                         f"got {reduce!r}")
     if reduce != "sum" and isinstance(B, torch.Tensor) and B.layout is not torch.strided:
         raise error(ValueError, f"reduce={reduce!r} needs a dense B: with a sparse B, sparse_mm takes "
                                 "reduce='sum' only", f"got B of layout {B.layout}")
+    return reduce
 
 
 def check_system(A, B, name: str, shape_ok, shape_rule: str) -> None:
