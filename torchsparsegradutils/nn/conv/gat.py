@@ -34,32 +34,34 @@ class GATConv(torch.nn.Module):
     ``(heads, edge_dim)`` folded from ``lin_edge`` and ``att_edge``: no ``lin_edge(edge_attr)``
     of ``edges x heads*out_channels`` either).
 
-    Parameters (PyG's names, defaults and meaning)
-    ----------
-    in_channels : int, or a pair ``(source, target)`` for a bipartite graph (then
-        ``lin_src`` and ``lin_dst`` replace ``lin``).  PyG's lazy ``-1`` is not offered
-        (ValueError).
-    out_channels : features per head.
-    heads : attention heads (default 1).
-    concat : concatenate the heads (``heads * out_channels`` outputs, default), or average them.
-    negative_slope : LeakyReLU's slope (default 0.2).
-    dropout : probability of dropping an attention weight in training (default 0).  One
-        difference from PyG: a repeated edge is one entry of the pattern (see below), so its
-        copies are dropped together (each copy is still kept with probability
-        ``1 - dropout``; only their correlation differs from PyG's independent draws).
-    add_self_loops : remove the given self loops and add one per node ``i < min(n_source,
-        n_target)`` (``min(size)`` when given), for an ``edge_index`` and for a sparse
-        adjacency alike (default True).
-    edge_dim : edge feature width; then ``lin_edge`` and ``att_edge`` exist and ``edge_attr``
-        enters the scores (default None: ``edge_attr`` is ignored, as in PyG).
-    fill_value : the ``edge_attr`` of the added self loops (default ``"mean"``): a float or a
-        tensor (broadcast to ``(edge_dim,)``), or ``"mean"``, ``"add"``/``"sum"``, ``"min"``,
-        ``"max"``, ``"mul"`` of the node's incoming edges' (0 for a node without, 1 for
-        ``"mul"``), as PyG's ``add_self_loops``.
-    bias : learn an additive bias (default True).
-    residual : add ``res(x_target)``, a linear map without bias (default False).
-    **kwargs : PyG's ``MessagePassing`` options: only ``aggr="add"`` is accepted (ValueError
-        for anything else, naming it).
+    Arguments (PyG's names, defaults and meaning):
+
+    * ``in_channels`` (int, or a pair ``(source, target)`` for a bipartite graph: then
+      ``lin_src`` and ``lin_dst`` replace ``lin``).  PyG's lazy ``-1`` is not offered
+      (ValueError).
+    * ``out_channels``: features per head.
+    * ``heads`` (default 1): attention heads.
+    * ``concat`` (default True): concatenate the heads (``heads * out_channels`` outputs),
+      or average them.
+    * ``negative_slope`` (default 0.2): LeakyReLU's slope.
+    * ``dropout`` (default 0): probability of dropping an attention weight in training.
+      One difference from PyG: a repeated edge is one entry of the pattern (see below), so
+      its copies are dropped together (each copy is still kept with probability
+      ``1 - dropout``; only their correlation differs from PyG's independent draws).
+    * ``add_self_loops`` (default True): remove the given self loops and add one per node
+      ``i < min(n_source, n_target)`` (``min(size)`` when given), for an ``edge_index`` and
+      for a sparse adjacency alike.
+    * ``edge_dim`` (default None): edge feature width; then ``lin_edge`` and ``att_edge``
+      exist and ``edge_attr`` enters the scores (without it ``edge_attr`` is ignored, as in
+      PyG).
+    * ``fill_value`` (default ``"mean"``): the ``edge_attr`` of the added self loops: a
+      float or a tensor (broadcast to ``(edge_dim,)``), or ``"mean"``, ``"add"``/``"sum"``,
+      ``"min"``, ``"max"``, ``"mul"`` of the node's incoming edges' (0 for a node without,
+      1 for ``"mul"``), as PyG's ``add_self_loops``.
+    * ``bias`` (default True): learn an additive bias.
+    * ``residual`` (default False): add ``res(x_target)``, a linear map without bias.
+    * ``**kwargs``: PyG's ``MessagePassing`` options: only ``aggr="add"`` is accepted
+      (ValueError for anything else, naming it).
 
     State dict keys are PyG's: ``lin.weight`` (or ``lin_src.weight`` and ``lin_dst.weight``),
     ``att_src``, ``att_dst``, ``att_edge`` and ``lin_edge.weight`` (with ``edge_dim``),
