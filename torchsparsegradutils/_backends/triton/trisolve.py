@@ -26,7 +26,7 @@ import triton.language as tl
 
 from ..._core.intake import derived
 from ..._core.view import CSRView, item_rows
-from ..torch_ops import check_diagonal, triangular_diagonal
+from ..torch_ops.trisolve import check_diagonal, triangular_diagonal
 from ._common import BLOCK_E, acc_type, block, pattern, transpose
 
 # a signalling NaN of each width, as (integer dtype, bits); arithmetic never yields one
