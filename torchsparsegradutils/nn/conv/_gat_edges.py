@@ -9,8 +9,9 @@ from typing import NamedTuple, Optional
 import torch
 import torch.nn.functional as F
 
-from ..._core.intake import checked_view, coo_structure
+from ..._core.intake import checked_view
 from ..._core.sparse_csr import SparseCSR
+from ..._core.structures import coo_structure
 from ..._core.torch_sparse import coo_tensor, csr_tensor
 from ..._core.view import entry_rows
 from ._edge_index import sparse_entries

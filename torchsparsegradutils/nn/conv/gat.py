@@ -7,8 +7,8 @@ from typing import Optional
 
 import torch
 
-from ..._core.intake import coo_structure
 from ..._core.sparse_csr import SparseCSR
+from ..._core.structures import coo_structure
 from ...graph_attention import graph_attention
 from .._features import check_features, linear
 from ._edge_index import cached, check_edge_index, is_sparse_adjacency, sparse_entries
