@@ -28,7 +28,8 @@ import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 
 from . import _backends
-from ._core.intake import as_csr, coo_structure
+from ._core.intake import as_csr
+from ._core.structures import coo_structure
 from ._core.torch_sparse import csr_tensor
 from ._core.validate import MM_DTYPES, dtype_names
 from ._core.view import CSRView, entry_rows, view_of

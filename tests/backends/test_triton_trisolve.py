@@ -13,7 +13,7 @@ import torch
 from conftest import both_routes, seeded, tri_dense
 
 import torchsparsegradutils as tsgu
-from torchsparsegradutils._core import intake
+from torchsparsegradutils._core import structures
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -116,7 +116,7 @@ def test_triton_trisolve_plan_made_once(triton_route, monkeypatch):
     calls = []
     real = tri._plan
     monkeypatch.setattr(tri, "_plan", lambda *a: calls.append(1) or real(*a))
-    monkeypatch.setattr(intake, "DERIVED", intake._Cache(16))
+    monkeypatch.setattr(structures, "DERIVED", structures._Cache(16))
     gen = seeded("triton_trisolve_cache")
     S = _tri(1, 9, True, False, torch.float64, gen)[0].to_sparse_csr()
     B = torch.randn(9, 2, generator=gen, dtype=torch.float64)

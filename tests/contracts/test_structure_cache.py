@@ -1,6 +1,6 @@
 """The CPU structure cache of COO index arrays that are not sorted and unique: reused while
 the array holds the same content, never stale after an in-place edit or a new tensor in
-old memory, bounded, and keeping no tensor alive (_core/intake.py)."""
+old memory, bounded, and keeping no tensor alive (_core/structures.py)."""
 import pytest
 import torch
 from conftest import random_dense, seeded, to_sparse
@@ -37,7 +37,7 @@ def _check_coo_product(idx, vals, B, shape):
 @pytest.fixture
 def structures():
     """The cache of coalesced structures, emptied before and after the test."""
-    from torchsparsegradutils._core.intake import CPU_STRUCTURES
+    from torchsparsegradutils._core.structures import CPU_STRUCTURES
     CPU_STRUCTURES.entries.clear()
     yield CPU_STRUCTURES.entries
     CPU_STRUCTURES.entries.clear()
@@ -122,7 +122,7 @@ def test_structure_cache_keeps_nothing_alive_and_stays_bounded(structures):
     import gc
     import weakref
 
-    from torchsparsegradutils._core.intake import CPU_STRUCTURES
+    from torchsparsegradutils._core.structures import CPU_STRUCTURES
     n, m = 20, 20
     B = torch.randn(m, 2, dtype=torch.float64)
     idx = _unsorted_coo_indices(n, m, 50, 2)

@@ -48,7 +48,7 @@ def test_noncontiguous_and_expanded_operands(path, layout, batched):
 
 
 def long_rows_case(dtype, itype, batched):
-    """A with rows and columns far longer than _core.intake.LONG_ROW (the plan's pieces, in
+    """A with rows and columns far longer than _core.structures.LONG_ROW (the plan's pieces, in
     sparse_mm and in A^T @ G) beside short and empty ones."""
     gen = torch.Generator().manual_seed(7)
     b, n, m = (2 if batched else 1), 700, 900

@@ -2,14 +2,14 @@
 products of sparse_mm on CUDA views.
 
 Each structure is checked once on the device and remembered with what the kernels
-derive from it (_core/intake.py, cuda_structure).  The route to these kernels is
+derive from it (_core/structures.py, cuda_structure).  The route to these kernels is
 chosen in _backends/__init__.py; the ops without CUDA kernels of their own go
-through torch_ops.py on CUDA tensors.
+through torch_ops/ on CUDA tensors.
 """
 import torch
 
 from .._core.native import _C
-from .._core.intake import cuda_structure, stream
+from .._core.structures import cuda_structure, stream
 from .._core.view import CSRView, dense_operand, plain
 
 

@@ -7,8 +7,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from .._core.intake import coo_structure
 from .._core.sparse_csr import SparseCSR
+from .._core.structures import coo_structure
 from ..sparse_softmax import sparse_softmax
 from ..sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 from ._features import is_sparse

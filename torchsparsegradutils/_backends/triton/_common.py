@@ -6,7 +6,7 @@ from typing import NamedTuple
 import torch
 import triton.language as tl
 
-from ..torch_ops import global_csr
+from ..torch_ops._common import global_csr
 
 # Entries of a row taken at once by a program (a loop over the rest).
 BLOCK_E = 16

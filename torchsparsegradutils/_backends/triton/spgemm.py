@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ..._core.view import CSRView
-from ..torch_ops import spgemm_csr as spgemm  # noqa: F401  (the forward: PyTorch's CSR @ CSR)
+from ..torch_ops.spgemm import spgemm_csr as spgemm  # noqa: F401  (the forward: PyTorch's CSR @ CSR)
 from ._common import BLOCK_E, acc_type, pattern, transpose
 
 

@@ -14,7 +14,7 @@ GPU has started before it.  The output starts filled with a NaN no arithmetic ma
 spins on volatile loads of the x[j] it reads until none holds the sentinel.  Each
 value is written once, so there is no flag to order against the data, and no level
 analysis: the plan of a structure (its checks and, for M = A^T, the transpose's
-pattern, never A^T itself) is a few passes over its entries, kept in _core.intake's
+pattern, never A^T itself) is a few passes over its entries, kept in _core.structures'
 DERIVED cache (the CUDA cache's keys); each call checks only that no diagonal value
 is zero.  Under Triton's interpreter the programs run one after another in order, so
 no load ever sees the sentinel."""
@@ -24,9 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ..._core.intake import derived
+from ..._core.structures import derived
 from ..._core.view import CSRView, item_rows
-from ..torch_ops import check_diagonal, triangular_diagonal
+from ..torch_ops.trisolve import check_diagonal, triangular_diagonal
 from ._common import BLOCK_E, acc_type, block, pattern, transpose
 
 # a signalling NaN of each width, as (integer dtype, bits); arithmetic never yields one

@@ -7,8 +7,8 @@ from typing import Optional
 
 import torch
 
-from ..._core.intake import coo_structure
 from ..._core.sparse_csr import SparseCSR
+from ..._core.structures import coo_structure
 from ..._core.view import entry_rows
 from ...sparse_matmul import sparse_mm
 

@@ -6,8 +6,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from ..._core.intake import CooStructure, coo_structure
 from ..._core.sparse_csr import SparseCSR
+from ..._core.structures import CooStructure, coo_structure
 from ..._core.view import entry_rows
 from ...sparse_tensor import sparse_coo_tensor, sparse_csr_tensor
 from .._features import is_sparse, linear

@@ -4,8 +4,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from ..._core.intake import coo_structure
 from ..._core.sparse_csr import SparseCSR
+from ..._core.structures import coo_structure
 from .._features import is_sparse, to_dense_features
 from ._edge_index import as_sparse_csr, cached, check_edge_index, is_sparse_adjacency, node_count, propagate
 

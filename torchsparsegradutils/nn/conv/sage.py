@@ -5,8 +5,8 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn.functional as F
 
-from ..._core.intake import coo_structure
 from ..._core.sparse_csr import SparseCSR
+from ..._core.structures import coo_structure
 from ...sparse_matmul import sparse_mm
 from .._aggr import AGGR_REDUCES, AggrCombine, aggregate
 from .._features import check_features, is_sparse, linear, linear_t, to_dense_features
