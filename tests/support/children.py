@@ -9,8 +9,6 @@ import sys
 import textwrap
 from typing import Dict, Optional, Tuple
 
-
-
 import torchsparsegradutils as tsgu
 
 

@@ -1,4 +1,4 @@
-"""sparse_logsumexp's operands and references, shared with sparse_bidir_logsumexp's tests."""
+"""sparse_logsumexp's layouts, tolerances and references, shared with sparse_bidir_logsumexp's tests."""
 import torch
 
 from torchsparsegradutils import sparse_csr_tensor

@@ -3,14 +3,14 @@ malformed sparse structure every sparse op is given (MALFORMED), and each surfac
 from typing import Dict
 
 
-
-
+# X and Y of sampled_addmm's malformed_call (on a malformed A)
 SAMPLED_ADDMM_XY = ("torch.ones(*A.shape[:-1], 2, dtype=A.dtype), "
-                     "torch.ones(*A.shape[:-2], 2, A.shape[-1], dtype=A.dtype)")
+                    "torch.ones(*A.shape[:-2], 2, A.shape[-1], dtype=A.dtype)")
 
 
+# a malformed A as a SparseCSR (in the SparseCSR surfaces' malformed_call)
 SPARSE_CSR_OF_A = ("(SparseCSR(A.crow_indices(), A.col_indices(), A.values(), tuple(A.shape)) "
-                    "if A.layout == torch.sparse_csr else SparseCSR.from_torch(A))")
+                   "if A.layout == torch.sparse_csr else SparseCSR.from_torch(A))")
 
 
 def _src(setup: str, call: str) -> str:
