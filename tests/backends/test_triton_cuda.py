@@ -11,7 +11,7 @@ import importlib
 
 import pytest
 import torch
-from conftest import seeded, tri_dense
+from support.operands import seeded, tri_dense
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _backends

@@ -7,7 +7,8 @@ scores; an additive edge_score per entry (and its gradient); a GATConv training 
 (with edge features too).  Skipped without triton; `pytest -k triton`."""
 import pytest
 import torch
-from conftest import both_routes, seeded
+from support.operands import seeded
+from support.routes import both_routes
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _backends

@@ -6,7 +6,8 @@ entries, batches and COO, ties (bit for bit: the first of a tie, as the C kernel
 triton_route); `pytest -k triton` selects them."""
 import pytest
 import torch
-from conftest import HALF_DTYPES, both_routes, seeded
+from support.operands import HALF_DTYPES, seeded
+from support.routes import both_routes
 
 import torchsparsegradutils as tsgu
 

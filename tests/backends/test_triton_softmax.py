@@ -5,7 +5,8 @@ batched COO, 16-bit; ±inf against torch.sparse.softmax (a row holding +inf is N
 throughout, a row of -inf only NaN).  Skipped without triton; `pytest -k triton`."""
 import pytest
 import torch
-from conftest import HALF_DTYPES, both_routes, seeded
+from support.operands import HALF_DTYPES, seeded
+from support.routes import both_routes
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import SparseCSR

@@ -5,10 +5,10 @@ backward in Triton (gradients at A's and B's stored entries for a dense upstream
 gradient, one on the product's pattern, one on another pattern), batches, a
 hypersparse COO (kept rows), a hub row and column longer than a block, 16-bit values
 (the forward's products in float32), the same bits on every run.  Skipped without
-triton (conftest's triton_route); `pytest -k triton` selects them."""
+triton (conftest.py's triton_route fixture); `pytest -k triton` selects them."""
 import pytest
 import torch
-from conftest import seeded, shared_pattern_dense
+from support.operands import seeded, shared_pattern_dense
 from support.spgemm import operand, pattern_product
 
 import torchsparsegradutils as tsgu

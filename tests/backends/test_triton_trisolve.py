@@ -5,12 +5,13 @@ CPU tensors under Triton's interpreter, against the C route: values and gradient
 (a row waits for the one before), NaN in B (stored canonical, never the sentinel the
 kernel waits on); the plan made once per structure (cached), the kernel's
 errors, and SparseCSR's custom op under torch.compile(fullgraph=True).  Skipped
-without triton (conftest's triton_route); `pytest -k triton` selects them."""
+without triton (conftest.py's triton_route fixture); `pytest -k triton` selects them."""
 import importlib
 
 import pytest
 import torch
-from conftest import both_routes, seeded, tri_dense
+from support.operands import seeded, tri_dense
+from support.routes import both_routes
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils._core import structures

@@ -6,7 +6,7 @@ import os
 
 import pytest
 import torch
-from conftest import seeded
+from support.operands import seeded
 from support.mm import HALF, make_case
 
 import torchsparsegradutils as tsgu

@@ -1,4 +1,4 @@
-"""One hygiene sweep over every public op and surface (conftest.OPS: the ops, SparseCSR and
+"""One hygiene sweep over every public op and surface (registry.OPS: the ops, SparseCSR and
 its to_torch, the nn layers, the distribution, the encoder and the custom operators called
 directly; ones this build lacks are skipped):
 inputs unchanged, reference counts stable over many calls, in-place edits between
@@ -16,20 +16,13 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import (HYPERSPARSE, OPS, SANITIZED, Spec, child_outcomes, malformed_cases, num_threads, run_case,
-                      run_child)
+from support.checks import num_threads
+from support.children import SANITIZED, child_outcomes, run_child
+from support.registry import HYPERSPARSE, OP_IDS, OPS, malformed_cases, run_case, small
 
 from torchsparsegradutils import _C
 
 INPLACE = "modified by an inplace operation"
-OP_IDS = [op.name for op in OPS]
-
-
-def small(op, **kw) -> Spec:
-    layout = kw.pop("layout", "csr" if "csr" in op.layouts else op.layouts[0])
-    return Spec(layout=layout, **kw)
-
-
 def _snapshot(tensors):
     return [(t.clone(), t.stride(), t.is_neg()) for t in tensors]
 
@@ -255,7 +248,7 @@ _PORTABLE_CHILD = """
 import sys
 from dataclasses import replace
 sys.path.insert(0, {tests!r})
-from conftest import OPS_BY_NAME, run_case
+from support.registry import OPS_BY_NAME, run_case
 assert tsgu._C.simd() == "portable", tsgu._C.simd()
 results = {{}}
 for name, dtype in {pairs!r}:
@@ -270,7 +263,7 @@ def portable_results(tmp_path_factory):
     """Every case of test_portable_kernels_agree with the portable kernels (TSGU_PORTABLE=1),
     all in one child process: {(op name, dtype): (outputs, gradients)}."""
     path = str(tmp_path_factory.mktemp("portable") / "portable.pt")
-    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))       # where conftest.py is
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))       # where support/ is
     pairs = [(op.name, dtype) for op, dtype in (p.values for p in PORTABLE)]
     r = run_child(_PORTABLE_CHILD.format(tests=tests, pairs=pairs, path=path), env={"TSGU_PORTABLE": "1"},
                   timeout=600)
@@ -348,7 +341,7 @@ def test_16_bit_values_refused_where_unsupported(op, dtype):
 
 # ---------------------------------------------------------------- hypersparse inputs
 def test_every_op_has_a_hypersparse_case_or_a_reason():
-    """conftest.HYPERSPARSE names every op of the registry: calls, or why none applies."""
+    """registry.HYPERSPARSE names every op of the registry: calls, or why none applies."""
     assert sorted(HYPERSPARSE) == sorted(OP_IDS)
     assert all(isinstance(v, tuple) and v or isinstance(v, str) and v for v in HYPERSPARSE.values())
 

@@ -1,4 +1,4 @@
-"""Property tests: every public op and surface (conftest.OPS) against the same computation in dense
+"""Property tests: every public op and surface (registry.OPS) against the same computation in dense
 PyTorch autograd, on inputs drawn by hypothesis: every COO/CSR layout and index
 memory arrangement (duplicates, one entry, sliced/strided/expanded index arrays),
 strided/expanded/sliced/negative-bit dense operands and upstream gradients, empty rows, nnz = 0, batched,
@@ -6,7 +6,9 @@ int32/int64 indices, float32/float64.  Example counts are bounded and the search
 derandomized, so each run tries the same cases."""
 import pytest
 import torch
-from conftest import B_MODES, OPS, OPS_BY_NAME, Case, Spec, run_case
+from support.cases import Case, Spec
+from support.operands import B_MODES
+from support.registry import OPS, OPS_BY_NAME, run_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,7 @@ the array holds the same content, never stale after an in-place edit or a new te
 old memory, bounded, and keeping no tensor alive (_core/structures.py)."""
 import pytest
 import torch
-from conftest import random_dense, seeded, to_sparse
+from support.operands import random_dense, seeded, to_sparse
 
 from torchsparsegradutils import sparse_mm
 
@@ -46,7 +46,7 @@ def structures():
 def test_unflagged_sorted_coo_needs_no_structure(structures):
     """A COO not flagged coalesced whose entries are sorted and unique is read as it
     is: no sort, nothing cached, the gradient on its own indices."""
-    D = random_dense(1, 9, 7, 20, torch.float64, seeded("unflagged"))[0]
+    D = random_dense((9, 7), torch.float64, seeded("unflagged"), nnz=20)
     A = to_sparse(D, "coo_unflagged").requires_grad_()
     assert not A.is_coalesced()
     B = torch.randn(7, 3, dtype=torch.float64, generator=seeded("B"))

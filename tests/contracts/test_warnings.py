@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import PACKAGE_ROOT, child_env
+from support.children import PACKAGE_ROOT, child_env
 
 INVARIANTS = "Sparse invariant checks are implicitly disabled"
 CSR_BETA = "Sparse CSR tensor support is in beta state"

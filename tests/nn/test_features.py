@@ -3,7 +3,8 @@ results, x's gradient on its pattern; nn.functional.dropout of sparse features."
 import pytest
 import torch
 
-from conftest import SAGE_AGGRS, seeded
+from support.operands import seeded
+from support.references import SAGE_AGGRS
 
 from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import GATConv, GCNConv, GINConv, SAGEConv, SparseLinear, dropout

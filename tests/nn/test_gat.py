@@ -8,7 +8,9 @@ adjacency (self loops added as PyG, attention weights as a sparse tensor), spars
 features, errors and torch.compile(fullgraph=True) on a SparseCSR."""
 import pytest
 import torch
-from conftest import assert_compiles_like_eager, assert_layer_matches, dense_gat_conv, seeded
+from support.checks import assert_compiles_like_eager, assert_layer_matches
+from support.operands import seeded
+from support.references import dense_gat_conv
 
 from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import GATConv, gat_adjacency

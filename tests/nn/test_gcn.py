@@ -7,7 +7,7 @@ import inspect
 import pytest
 import torch
 
-from conftest import child_outcomes
+from support.children import child_outcomes
 
 from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import GCNConv, gcn_adjacency, gcn_norm

@@ -5,7 +5,9 @@ import io
 import pytest
 import torch
 
-from conftest import SAGE_AGGRS, assert_compiles_like_eager, assert_layer_matches, seeded
+from support.checks import assert_compiles_like_eager, assert_layer_matches
+from support.operands import seeded
+from support.references import SAGE_AGGRS
 
 from torchsparsegradutils import SparseCSR
 from torchsparsegradutils.nn import SAGEConv, sage_adjacency

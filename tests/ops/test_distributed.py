@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from conftest import num_threads
+from support.checks import num_threads
 from torchsparsegradutils.nn import GCNConv, SparseLinear, gcn_adjacency
 
 STEPS, N, F = 4, 40, 6

@@ -9,7 +9,9 @@ SparseCSR.  Every test of results runs on both routes: the C kernels and the PyT
 one that CUDA takes (forced on CPU here)."""
 import pytest
 import torch
-from conftest import dense_edge_score, num_threads, seeded
+from support.checks import num_threads
+from support.operands import seeded
+from support.references import dense_edge_score
 
 from torchsparsegradutils import SparseCSR, _backends, graph_attention
 from torchsparsegradutils._core.view import CSRView

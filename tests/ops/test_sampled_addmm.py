@@ -7,25 +7,15 @@ torch.compile(fullgraph=True) of a SparseCSR.  Results run on both routes: the C
 kernels and the PyTorch-ops one that CUDA takes (forced on CPU here)."""
 import pytest
 import torch
-from conftest import SANITIZED, num_threads, run_child
+from support.checks import num_threads
+from support.children import SANITIZED, run_child
+from support.operands import random_dense
 
 from torchsparsegradutils import SparseCSR, _backends, sampled_addmm, sparse_coo_tensor
 
 HAS_CUDA = torch.cuda.is_available()
 TOL = {torch.float32: dict(atol=2e-5, rtol=2e-5), torch.float64: dict(atol=1e-12, rtol=1e-12)}
 SCALES = [(1.0, 1.0), (0.5, -2.0), (0.0, 3.0)]
-
-
-def random_dense(shape, dtype=torch.float64, seed=0, density=0.4, same_pattern=False):
-    """Values at about `density` of the cells, row 1 and column 2 empty; with same_pattern
-    every batch item stores the same positions (batched CSR needs one nnz per item)."""
-    gen = torch.Generator().manual_seed(seed)
-    D = torch.randn(shape, generator=gen, dtype=torch.float64)
-    D = D * (torch.rand(shape[-2:] if same_pattern else shape, generator=gen) < density)
-    if shape[-2] > 2 and shape[-1] > 2:
-        D[..., 1, :] = 0.0
-        D[..., :, 2] = 0.0
-    return D.to(dtype)
 
 
 def operands(D, k=3, seed=1):

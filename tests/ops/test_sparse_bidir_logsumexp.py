@@ -1,15 +1,15 @@
 """Tests of sparse_bidir_logsumexp against the dense reference and two sparse_logsumexp
-calls (inputs and reference from support/lse.py)."""
+calls (inputs from support/operands.py, reference from support/lse.py)."""
 import pytest
 import torch
-from support.lse import (DTYPES, HAS_CUDA, LAYOUTS, TOL, dense_grad_at_entries, dense_reference,
-                         leaf_sparse, random_dense, to_layout)
+from support.lse import DTYPES, HAS_CUDA, LAYOUTS, TOL, dense_grad_at_entries, dense_reference, leaf_sparse
+from support.operands import random_dense, to_layout
 
 from torchsparsegradutils import sparse_bidir_logsumexp, sparse_logsumexp
 
 
 def batched_input(layout, dtype, seed):
-    D = random_dense((3, 6, 4), dtype, seed)
+    D = random_dense((3, 6, 4), dtype, seed=seed)
     if layout in ("csr", "csc"):  # one pattern for every item
         D = D[0].expand(3, 6, 4) * torch.tensor([1.0, -2.0, 3.0], dtype=dtype)[:, None, None]
     return D

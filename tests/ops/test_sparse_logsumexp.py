@@ -8,8 +8,9 @@ import json
 
 import pytest
 import torch
-from conftest import SANITIZED, run_child
-from support.lse import DTYPES, HAS_CUDA, LAYOUTS, TOL, dense_grad_at_entries, dense_reference, leaf_sparse, random_dense, to_layout
+from support.children import SANITIZED, run_child
+from support.lse import DTYPES, HAS_CUDA, LAYOUTS, TOL, dense_grad_at_entries, dense_reference, leaf_sparse
+from support.operands import random_dense, to_layout
 
 from torchsparsegradutils import _C, _backends, sparse_csr_tensor, sparse_logsumexp
 

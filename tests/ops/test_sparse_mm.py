@@ -12,7 +12,8 @@ import sys
 
 import pytest
 import torch
-from conftest import LAYOUTS, SANITIZED, child_outcomes, random_dense, run_child, seeded
+from support.children import SANITIZED, child_outcomes, run_child
+from support.operands import LAYOUTS, random_dense, seeded
 from support.mm import HALF, TOL, check_against_dense, dense_reference, grads_of, make_case
 
 import torchsparsegradutils as tsgu
@@ -349,7 +350,7 @@ def test_training_loop_learns_sparse_weights():
     """A sparse linear layer with a learnable values Parameter, trained with Adam."""
     gen = torch.Generator().manual_seed(7)
     n, m, p = 30, 20, 16
-    D = random_dense(1, n, m, 80, torch.float32, gen, empty_rows=False)[0]
+    D = random_dense((n, m), torch.float32, gen, nnz=80, empty_rows=False)
     S = D.to_sparse_csr()
 
     class SparseLinear(torch.nn.Module):

@@ -7,14 +7,16 @@ PyTorch's autograd (index_select of B's rows, scatter_reduce by row), or PyTorch
 own CSR reduce on the block-diagonal 2D form of a batch.  Also gradcheck, PyTorch's
 tie and NaN rule, empty rows, thread counts, the no-grad path, torch.compile of a
 SparseCSR model, the custom operators (opcheck, second derivatives) and the errors;
-the hygiene sweep and property tests take the op from conftest's registry
+the hygiene sweep and property tests take the op from the registry (support/registry.py)
 ("sparse_mm_reduce").
 """
 import warnings
 
 import pytest
 import torch
-from conftest import HALF_DTYPES, child_outcomes, entry_indices, num_threads, random_dense, seeded, to_sparse
+from support.checks import num_threads
+from support.children import child_outcomes
+from support.operands import HALF_DTYPES, entry_indices, random_dense, seeded, to_sparse
 
 from torchsparsegradutils import SparseCSR, _ops, sparse_coo_tensor, sparse_csr_tensor, sparse_mm
 from torchsparsegradutils._core.intake import as_csr
@@ -37,8 +39,7 @@ def _quiet(fn, *args):
 def make_case(layout, batched, n, m, p, nnz, dtype, itype=torch.int64, seed=0, empty_rows=True):
     """A (layout, from a random dense matrix with one empty row), B, G."""
     gen = seeded("reduce", layout, batched, n, m, p, nnz, str(dtype), seed)
-    D = random_dense(3 if batched else 1, n, m, nnz, dtype, gen, empty_rows)
-    D = D if batched else D[0]
+    D = random_dense((3, n, m) if batched else (n, m), dtype, gen, nnz=nnz, empty_rows=empty_rows)
     A = to_sparse(D, layout, itype, gen)
     B = torch.randn(*D.shape[:-2], m, p, generator=gen, dtype=dtype)
     G = torch.randn(*D.shape[:-2], n, p, generator=gen, dtype=dtype)

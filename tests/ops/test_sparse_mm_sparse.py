@@ -7,12 +7,14 @@ entries; gradcheck through the values.  Also the layer of the issue this answers
 layout of the result for every pair of layouts, a sparse upstream gradient of any
 pattern and a dense one, the torch-ops route, thread counts, batches, empty cases,
 torch.compile of a SparseCSR model and the errors.  The hygiene sweep and property tests
-take the op from conftest's registry ("sparse_mm_sparse").
+take the op from the registry (support/registry.py) ("sparse_mm_sparse").
 """
 import pytest
 import torch
-from conftest import (SANITIZED, compressed_positions, dense_product, num_threads, run_child, seeded,
-                      shared_pattern_dense, to_sparse)
+from support.checks import num_threads
+from support.children import SANITIZED, run_child
+from support.operands import compressed_positions, seeded, shared_pattern_dense, to_sparse
+from support.references import dense_product
 from support.spgemm import operand, pattern_product
 
 from torchsparsegradutils import SparseCSR, _backends, _C, sparse_coo_tensor, sparse_csr_tensor, sparse_mm

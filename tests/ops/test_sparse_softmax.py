@@ -6,7 +6,9 @@ of a SparseCSR.  Every test of results runs on both routes: the C kernels and th
 PyTorch-ops one that CUDA takes (forced on CPU here)."""
 import pytest
 import torch
-from conftest import SANITIZED, num_threads, run_child
+from support.checks import num_threads
+from support.children import SANITIZED, run_child
+from support.operands import random_dense, to_layout
 
 from torchsparsegradutils import (SparseCSR, _backends, sparse_coo_tensor, sparse_csr_tensor, sparse_log_softmax,
                                   sparse_mm, sparse_softmax)
@@ -15,33 +17,6 @@ HAS_CUDA = torch.cuda.is_available()
 FNS = {"softmax": sparse_softmax, "log_softmax": sparse_log_softmax}
 TORCH_FNS = {"softmax": torch.sparse.softmax, "log_softmax": torch.sparse.log_softmax}
 TOL = {torch.float32: dict(atol=2e-6, rtol=2e-5), torch.float64: dict(atol=1e-12, rtol=1e-12)}
-
-
-def random_dense(shape, dtype=torch.float64, seed=0, density=0.4, same_pattern=False):
-    """Values at about `density` of the cells, row 1 and column 2 empty; with same_pattern
-    every batch item stores the same positions (batched CSR needs one nnz per item)."""
-    gen = torch.Generator().manual_seed(seed)
-    D = torch.randn(shape, generator=gen, dtype=torch.float64) * 2
-    keep = torch.rand(shape[-2:] if same_pattern else shape, generator=gen) < density
-    D = D * keep
-    if shape[-2] > 2 and shape[-1] > 2:
-        D[..., 1, :] = 0.0
-        D[..., :, 2] = 0.0
-    return D.to(dtype)
-
-
-def to_layout(D, layout, itype=torch.int64):
-    if layout == "csr":
-        A = D.to_sparse_csr()
-        return torch.sparse_csr_tensor(A.crow_indices().to(itype), A.col_indices().to(itype), A.values(), D.shape)
-    if layout == "csc":
-        return D.to_sparse_csc()
-    A = D.to_sparse().coalesce()
-    if layout == "coo":
-        return A
-    idx, val = A.indices(), A.values()     # every entry split in two duplicates, reversed order
-    return torch.sparse_coo_tensor(torch.cat([idx, idx], 1).flip(1), torch.cat([val * 0.25, val * 0.75]).flip(0),
-                                   D.shape)
 
 
 def masked_reference(D, dim, kind):
@@ -67,7 +42,7 @@ DIMS_2D, DIMS_3D = [-1, -2, 0, 1], [-1, -2, 1, 2]
 @pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr", "csc"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_matches_masked_dense_2d(path, kind, layout, dtype):
-    D = random_dense((7, 5), dtype)
+    D = random_dense((7, 5), dtype, scale=2)
     for itype in (torch.int32, torch.int64) if layout == "csr" else (torch.int64,):
         A = to_layout(D, layout, itype)
         for dim in DIMS_2D:
@@ -79,7 +54,7 @@ def test_matches_masked_dense_2d(path, kind, layout, dtype):
 @pytest.mark.parametrize("kind", FNS)
 @pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr"])
 def test_matches_masked_dense_batched(path, kind, layout):
-    D = random_dense((3, 6, 4), same_pattern=layout == "csr", seed=1)
+    D = random_dense((3, 6, 4), same_pattern=layout == "csr", seed=1, scale=2)
     A = to_layout(D, layout)
     for dim in DIMS_3D:
         Y = FNS[kind](A, dim)
@@ -93,7 +68,7 @@ def test_matches_masked_dense_batched(path, kind, layout):
 def test_matches_torch_sparse_softmax(path, kind, coalesced, shape, dims):
     """Values, pattern and the gradient of a leaf COO A, as PyTorch's own (COO) ops: an
     uncoalesced A is coalesced first (its duplicates summed), as PyTorch does."""
-    D = random_dense(shape, seed=2)
+    D = random_dense(shape, seed=2, scale=2)
     A = to_layout(D, "coo" if coalesced else "coo_uncoalesced")
     for dim in dims:
         want = TORCH_FNS[kind](A, dim)
@@ -116,7 +91,7 @@ def test_matches_torch_sparse_softmax(path, kind, coalesced, shape, dims):
 def test_negative_dim_gradient(path, kind):
     """dim=-1 / -2 give the gradients of dim=1 / 0 and of the dense autograd (PyTorch
     2.13's torch.sparse.softmax does not: its backward mistakes a negative dim)."""
-    D = random_dense((8, 6), seed=2)
+    D = random_dense((8, 6), seed=2, scale=2)
     W = torch.randn(D.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) * (D != 0)
     for dim in (-1, -2):
         leaf = D.to_sparse().requires_grad_()
@@ -133,7 +108,7 @@ def test_values_gradient_matches_dense_autograd(path, kind, layout):
     values.grad is the dense autograd gradient at the stored positions (duplicates each
     get their position's gradient: the matrix entry is their sum)."""
     batched = layout.startswith("batched")
-    D = random_dense((2, 6, 5) if batched else (6, 5), seed=3, same_pattern=True)
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=3, same_pattern=True, scale=2)
     A = to_layout(D, layout.replace("batched_", ""))
     for dim in (-1, -2):
         if A.layout == torch.sparse_coo:
@@ -157,7 +132,7 @@ def test_values_gradient_matches_dense_autograd(path, kind, layout):
 def test_leaf_sparse_gradient_on_its_pattern(path, kind, layout):
     """(Not CSC: PyTorch's autograd cannot accumulate a CSC leaf's gradient at all.)"""
     batched = layout.startswith("batched")
-    D = random_dense((2, 6, 5) if batched else (6, 5), seed=5, same_pattern=True)
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=5, same_pattern=True, scale=2)
     A = to_layout(D, layout.replace("batched_", "")).detach().requires_grad_()
     W = torch.randn(D.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     nz = tuple((D != 0).nonzero().t())
@@ -175,7 +150,7 @@ def test_leaf_coo_gradient_is_flagged_coalesced(path, layout):
     drops the flag as it stores a gradient: _core.saved.flag_coalesced_grads restores it);
     on every route, by rows and columns, also after a second backward adds to it."""
     batched = layout.startswith("batched")
-    D = random_dense((2, 6, 5) if batched else (6, 5), seed=8)
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=8, scale=2)
     A = D.to_sparse().coalesce()
     if layout == "coo_unflagged":        # sorted and unique, not flagged: still A's own pattern
         A = torch.sparse_coo_tensor(A.indices(), A.values(), A.shape)
@@ -193,7 +168,7 @@ def test_leaf_coo_gradient_is_flagged_coalesced(path, layout):
 
 @pytest.mark.parametrize("kind", FNS)
 def test_gradcheck(path, kind):
-    D = random_dense((6, 5), seed=7)
+    D = random_dense((6, 5), seed=7, scale=2)
     A = D.to_sparse()
     for dim in (-1, -2):
         vals = A._values().clone().requires_grad_()
@@ -210,7 +185,7 @@ def test_gradcheck(path, kind):
 @pytest.mark.parametrize("kind", FNS)
 @pytest.mark.parametrize("batched", [False, True], ids=["2d", "batched"])
 def test_second_derivatives_of_a_sparse_csr(path, kind, batched):
-    D = random_dense((2, 6, 5) if batched else (6, 5), seed=8, same_pattern=True)
+    D = random_dense((2, 6, 5) if batched else (6, 5), seed=8, same_pattern=True, scale=2)
     S = SparseCSR.from_torch(D.to_sparse_csr())
     vals = S.values.clone().requires_grad_()
     for dim in (-1, -2):
@@ -218,7 +193,7 @@ def test_second_derivatives_of_a_sparse_csr(path, kind, batched):
 
 
 def test_second_derivatives_of_a_torch_sparse_tensor_raise():
-    A = random_dense((5, 4), seed=9).to_sparse().requires_grad_()
+    A = random_dense((5, 4), seed=9, scale=2).to_sparse().requires_grad_()
     Y = sparse_softmax(A)
     with pytest.raises(RuntimeError, match="differentiable once; for second derivatives .* pass a SparseCSR"):
         torch.autograd.grad((Y.values() ** 2).sum(), A, create_graph=True)
@@ -327,7 +302,7 @@ def test_group_holding_inf_is_nan_throughout(path, kind, dim, layout, dtype):
 def test_16_bit_values_computed_in_float32(path, kind, dtype, layout):
     """The result is the float32 result rounded once (to the nearest 16-bit value; the
     two may differ in the last place where the float32 value is nearly a tie)."""
-    D = random_dense((2, 7, 6), dtype, seed=10, same_pattern=True)
+    D = random_dense((2, 7, 6), dtype, seed=10, same_pattern=True, scale=2)
     A = to_layout(D, layout)
     for dim in (-1, -2):
         got = FNS[kind](A, dim)
@@ -342,7 +317,7 @@ def test_16_bit_values_computed_in_float32(path, kind, dtype, layout):
 @pytest.mark.parametrize("dim", [-1, -2])
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_same_bits_for_any_thread_count(dim, layout):
-    D = random_dense((2, 400, 300), torch.float32, seed=11, density=0.3, same_pattern=True)
+    D = random_dense((2, 400, 300), torch.float32, seed=11, density=0.3, same_pattern=True, scale=2)
     results = []
     for t in (1, 2, 5):
         with num_threads(t):
@@ -358,7 +333,7 @@ def test_same_bits_for_any_thread_count(dim, layout):
 def test_inputs_unchanged_and_edits_after_forward_harmless():
     """The backward reads the output alone: an edit of A's values after the forward
     changes no gradient (nothing to detect)."""
-    D = random_dense((6, 5), seed=12)
+    D = random_dense((6, 5), seed=12, scale=2)
     A = D.to_sparse()
     idx, v0 = A._indices().clone(), A._values().clone()
     grads = []
@@ -376,7 +351,7 @@ def test_inputs_unchanged_and_edits_after_forward_harmless():
 
 
 def test_errors():
-    A = random_dense((4, 3), seed=13).to_sparse()
+    A = random_dense((4, 3), seed=13, scale=2).to_sparse()
     with pytest.raises(ValueError, match="sparse COO, CSR or CSC.*use torch.softmax"):
         sparse_softmax(A.to_dense())
     with pytest.raises(ValueError, match="takes a sparse tensor or a SparseCSR"):
@@ -439,7 +414,7 @@ def test_coo_flagged_coalesced_with_a_repeated_index_raises(path, dim):
 
 def test_kernels_check_their_arrays():
     from torchsparsegradutils import _C
-    A = random_dense((4, 3), seed=14).to_sparse_csr()
+    A = random_dense((4, 3), seed=14, scale=2).to_sparse_csr()
     nnz = A.values().numel()
     args = (A.crow_indices(), A.col_indices(), A.values().reshape(nnz, 1), 1, 4, 3, 1, False, False)
     with pytest.raises(ValueError, match="shape"):
@@ -469,7 +444,7 @@ def test_compiled_sparse_csr_matches_eager(kind):
         S, _ = multi_head("csr", heads=4, seed=15)
     else:
         D = random_dense((2, 6, 5) if kind.startswith("batched") else (6, 5), seed=15,
-                         same_pattern=kind == "batched_csr")
+                         same_pattern=kind == "batched_csr", scale=2)
         S = SparseCSR.from_torch(D.to_sparse_csr() if kind.endswith("csr") else D.to_sparse())
 
     def model(w):
@@ -488,7 +463,7 @@ def test_compiled_sparse_csr_matches_eager(kind):
 
 
 def test_custom_op_opcheck():
-    D = random_dense((2, 6, 5), seed=16, same_pattern=True)
+    D = random_dense((2, 6, 5), seed=16, same_pattern=True, scale=2)
     S = SparseCSR.from_torch(D.to_sparse_csr())
     a = S.values.clone().requires_grad_()
     for by_rows in (True, False):
@@ -506,7 +481,7 @@ def multi_head(kind, dtype=torch.float64, heads=3, seed=20):
     """A SparseCSR of `kind` ("csr", "batched_csr": (b, nnz, H) values, "batched_coo": the
     stacked rows) with (.., nnz, H) values, and the dense (.., n, m, H) tensor it holds."""
     shape = (2, 7, 5) if kind.startswith("batched") else (7, 5)
-    D = random_dense(shape, seed=seed, same_pattern=kind == "batched_csr")
+    D = random_dense(shape, seed=seed, same_pattern=kind == "batched_csr", scale=2)
     A = D.to_sparse() if kind == "batched_coo" else D.to_sparse_csr()
     S = SparseCSR.from_torch(A)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -555,7 +530,7 @@ def test_multi_head_gradcheck_and_second_derivatives(path, kind):
 def test_multi_head_same_bits_for_any_thread_count(heads):
     """(nnz, H) values (20: more heads than the kernels do together) give the same bits
     for 1, 2 and 5 threads, and head 0 the bits of the single-head op."""
-    D = random_dense((300, 200), torch.float32, seed=22, density=0.3)
+    D = random_dense((300, 200), torch.float32, seed=22, density=0.3, scale=2)
     S = SparseCSR.from_torch(D.to_sparse_csr())
     values = torch.randn(S.values.shape[0], heads, generator=torch.Generator().manual_seed(0))
     results = []
@@ -583,7 +558,7 @@ def test_multi_head_custom_op_opcheck():
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_cuda_matches_cpu(layout):
-    D = random_dense((3, 6, 4), seed=17, same_pattern=True)
+    D = random_dense((3, 6, 4), seed=17, same_pattern=True, scale=2)
     A = to_layout(D, layout)
     for kind in FNS:
         for dim in (-1, -2):

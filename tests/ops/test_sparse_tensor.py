@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from conftest import random_dense
+from support.operands import random_dense
 from support.mm import dense_reference, make_case
 
 from torchsparsegradutils import (sampled_addmm, sparse_bidir_logsumexp, sparse_coo_tensor, sparse_csr_tensor,
@@ -16,7 +16,7 @@ from torchsparsegradutils._core.view import entry_rows
 
 def test_sparse_csr_tensor_never_densifies():
     """Our CSR constructor's backward maps the gradient onto values without to_dense."""
-    D = random_dense(1, 50, 40, 100, torch.float64, torch.Generator().manual_seed(3))[0]
+    D = random_dense((50, 40), torch.float64, seed=3, nnz=100)
     S = D.to_sparse_csr()
     v = S.values().clone().requires_grad_()
     B = torch.randn(40, 4, dtype=torch.float64)
@@ -34,8 +34,7 @@ def test_sparse_coo_tensor_values_gradient(order, batched):
     """Our COO constructor: values.grad equals dense autograd's for sorted, unsorted and
     repeated positions (each repeat gets its matrix entry's gradient), 2-D and batched."""
     gen = torch.Generator().manual_seed(8)
-    D = random_dense(2 if batched else 1, 9, 7, 20, torch.float64, gen)
-    D = D if batched else D[0]
+    D = random_dense((2, 9, 7) if batched else (9, 7), torch.float64, gen, nnz=20)
     idx = D.to_sparse().coalesce().indices()
     if order != "sorted":
         if order == "duplicates":
@@ -109,10 +108,9 @@ def _pattern(ctor, batched, gen, square=False):
     square, an upper triangle with its diagonal, the values there 8 + noise: nonsingular),
     A built from values v by the constructor `ctor` ("coo"; "coo_duplicates": unsorted,
     with repeats; "csr"), idx the position of every value (one tensor a dim)."""
-    D = random_dense(2 if batched else 1, 6, 6 if square else 5, 14, torch.float64, gen, empty_rows=not square)
+    D = random_dense(((2,) if batched else ()) + (6, 6 if square else 5), torch.float64, gen, nnz=14, empty_rows=not square)
     if square:
         D = D.triu() + 8 * torch.eye(6, dtype=torch.float64)
-    D = D if batched else D[0]
     if ctor == "csr":
         S = D.to_sparse_csr()
         crow, col = S.crow_indices(), S.col_indices()

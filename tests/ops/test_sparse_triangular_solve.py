@@ -5,7 +5,9 @@ A's pattern); gradcheck runs in float64 through the values tensor.
 """
 import pytest
 import torch
-from conftest import FULL_RANK_LAYOUTS, dense_trisolve, num_threads, seeded, to_sparse, tri_dense
+from support.checks import num_threads
+from support.operands import FULL_RANK_LAYOUTS, seeded, to_sparse, tri_dense
+from support.references import dense_trisolve
 
 from torchsparsegradutils import SparseCSR, _backends, sparse_csr_tensor, sparse_triangular_solve
 from torchsparsegradutils.utils import rand_sparse_tri

@@ -8,7 +8,7 @@ import textwrap
 from packaging.specifiers import SpecifierSet
 
 import torchsparsegradutils as tsgu
-from conftest import PACKAGE_ROOT
+from support.children import PACKAGE_ROOT
 
 
 def test_built_metadata_has_the_package_version():

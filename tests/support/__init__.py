@@ -1,3 +1,16 @@
-"""Shared pieces of the tests that are not fixtures: the operands, references and checks
-that several test files use (conftest.py keeps the fixtures, the op registry and the
-child-process runners).  Test files import from here, never from each other."""
+"""What the tests share that is not a fixture (conftest.py keeps pytest's hooks and the
+fixtures), one module per job:
+
+- operands: seeded generators, random_dense, to_sparse (every layout and memory
+  arrangement) and to_layout, dense operands, reading a sparse tensor's entries back
+- references: each op's computation in dense PyTorch
+- cases, registry, malformed: the op registry (OPS, one Op per public op and surface)
+  that test_hygiene.py and test_properties.py sweep; each op's case builder; the
+  bad-input sources
+- children: running code in a child process (run_child, child_outcomes)
+- routes: one call on the C route and the Triton route (both_routes)
+- checks: shared assertions and the thread-count switch
+- mm, lse, grouped, spgemm: one op family's cases and checks, shared by its test files
+
+Test files import from here (``from support.<module> import ...``), never from each other.
+"""

@@ -3,15 +3,12 @@ the constructors)."""
 import torch
 from torchsparsegradutils import sparse_mm
 
-from conftest import HALF_DTYPES, random_dense, to_sparse
+from support.operands import HALF_DTYPES, random_dense, to_sparse
 
 
 def make_case(layout, batched, n, m, p, nnz, dtype, itype, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    b = 3 if batched else 1
-    D = random_dense(b, n, m, nnz, dtype, gen)
-    if not batched:
-        D = D[0]
+    D = random_dense((3, n, m) if batched else (n, m), dtype, gen, nnz=nnz)
     A = to_sparse(D, layout, itype, gen)
     B = torch.randn(*D.shape[:-2], m, p, generator=gen, dtype=dtype)
     G = torch.randn(*D.shape[:-2], n, p, generator=gen, dtype=dtype)

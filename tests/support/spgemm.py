@@ -1,6 +1,6 @@
 """Sparse @ sparse operands and the product's pattern, shared by its tests on every route."""
 import torch
-from conftest import seeded, to_sparse
+from support.operands import seeded, to_sparse
 
 from torchsparsegradutils import SparseCSR, sparse_csr_tensor
 

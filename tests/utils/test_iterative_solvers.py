@@ -357,7 +357,7 @@ def test_krylov_c_loops_match_scipy():
 @pytest.mark.parametrize("k", [1, 2])
 def test_krylov_c_loops_thread_count_same_bits(solver, k):
     """Large enough for the products to split over threads: the bits do not change."""
-    from conftest import num_threads
+    from support.checks import num_threads
     n = 700000                                      # 1-D Laplacian plus 1: 2.1M entries, threads
     i = torch.arange(n)
     idx = torch.cat([torch.stack([i, i]), torch.stack([i[1:], i[:-1]]), torch.stack([i[:-1], i[1:]])], 1)

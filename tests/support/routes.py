@@ -1,0 +1,28 @@
+"""Running the same call on the C route and the Triton route (the triton_route fixture
+in conftest.py switches between them)."""
+import torch
+
+from support.operands import seeded
+
+
+def both_routes(route, fn, inputs, seed=0):
+    """[outputs..., gradients of the inputs that require grad...] of fn(*leaf copies of
+    inputs) for a random upstream gradient, on the C route and on the Triton route
+    (`route`, the triton_route fixture's switch): (c_results, triton_results)."""
+    results = []
+    for on in (False, True):
+        route(on)
+        leaves = [x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                  for x in inputs]
+        outs = fn(*leaves)
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        diff = [o for o in outs if o.requires_grad]
+        wanted = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
+        grads = []
+        if diff and wanted:
+            gen = seeded("both_routes", seed)
+            ups = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype) for o in diff]
+            grads = list(torch.autograd.grad(diff, wanted, ups, allow_unused=True))
+        results.append([o.detach() for o in outs] + grads)
+    route(False)
+    return results
