@@ -4,7 +4,8 @@ benchmarks/reduce.py and benchmarks/sparse_softmax.py.
 Every method runs in a _ops_worker.py subprocess: ours and the PyTorch
 formulations with this interpreter, the published release (where the op has one)
 with its venv's (created by benchmarks/sparse_mm.py's ensure_published), each
-case's peak memory in a fresh process.  Results go to ``<out>/<name>_<mode>.json``
+case's peak memory in a fresh process (in the smoke mode, one worker process does
+both, once).  Results go to ``<out>/<name>_<mode>.json``
 and ``.md`` (and with plot, ``.png``): medians of forward, backward and
 forward+backward, the ratios of the compared methods' times to ours, and peak
 memory against the necessary amount (output + gradients).  Timings are never
@@ -18,7 +19,8 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
-from .sparse_mm import background_load, ensure_published, machine_info
+from . import _modes
+from ._machine import background_load, ensure_published, machine_info   # not torch: the workers load it
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_ops_worker.py")
@@ -53,11 +55,12 @@ def _row_line(row: dict) -> str:
     head = f"case {row['case']:<3} {row['method']:<10}"
     if "skip" in row or "error" in row:
         return head + " " + (row.get("skip") or "ERROR " + row["error"])[:100]
-    if "memory" in row:
+    if "memory" in row and "timing" not in row:
         return head + f" peak {row['memory']['peak_bytes'] / 1e6:.0f} MB"
     t = row["timing"]
     ok = "ok" if row["check"]["ok"] else f"WRONG {row['check']}"
-    return head + f" fwd {_ms(t['fwd'])} ms  bwd {_ms(t['bwd'])} ms  fwd+bwd {_ms(t['fwdbwd'])} ms  {ok}"
+    mem = f"  peak {row['memory']['peak_bytes'] / 1e6:.0f} MB" if "memory" in row else ""
+    return head + f" fwd {_ms(t['fwd'])} ms  bwd {_ms(t['bwd'])} ms  fwd+bwd {_ms(t['fwdbwd'])} ms  {ok}{mem}"
 
 
 def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], argv=None,
@@ -67,7 +70,7 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     <name>_<mode>.json / .md (and with `plot` a .png) under --out, with the times of
     the methods `compare` over ours (local[0])."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, about 30 s")
+    _modes.add_mode_args(ap, "small sizes, about 30 s")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5, help="timed runs per phase (>= 5)")
@@ -80,11 +83,11 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     args = ap.parse_args(argv)
     if not published:
         args.no_published = True
-    mode = "quick" if args.quick else "full"
+    mode = _modes.mode_of(args)
     cases = [dict(c, id=i) for i, c in enumerate(grids[mode])]
     t0 = time.time()
     machine = machine_info(args.threads)
-    machine["background_cpus_busy_start"] = background_load()
+    machine["background_cpus_busy_start"] = background_load(_modes.load_sample_s(mode))
     print(f"{name} benchmarks ({mode}): {machine['cpu']}, {machine['cores']} cores, {args.threads} threads, "
           f"other load {machine['background_cpus_busy_start']:.2f} CPUs", flush=True)
     if args.no_published:
@@ -93,24 +96,28 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
         pub_py, pub_msg = ensure_published(os.path.abspath(args.venv), create=(mode == "full" or args.setup_published))
     print(f"published release: {pub_msg if pub_py else 'unavailable: ' + pub_msg}", flush=True)
 
-    job = {"reps": max(5, args.reps), "threads": args.threads, "cpu_time": args.cpu_time}
+    smoke = mode == "smoke"
+    job = {"reps": _modes.SMOKE_REPS if smoke else max(5, args.reps), "threads": args.threads,
+           "cpu_time": args.cpu_time, "warmup": _modes.SMOKE_WARMUP if smoke else 1, "smoke": smoke}
     recs: Dict[tuple, dict] = {}
-    # The quick mode starts each worker once for all cases; the full mode once per case.
-    for batch in [cases] if args.quick else [[c] for c in cases]:
+    # The quick and smoke modes start each worker once for all cases; the full mode once per case.
+    for batch in [cases] if mode != "full" else [[c] for c in cases]:
         print(f"[{time.time() - t0:5.0f}s] " + "; ".join(f"case {c['id']}: {c['label']}" for c in batch), flush=True)
-        runs = [(sys.executable, local, False)] + ([(pub_py, ["published"], False)] if pub_py else [])
+        runs = [(sys.executable, local, "time")] + ([(pub_py, ["published"], "time")] if pub_py else [])
         if not args.no_memory:
-            runs += [(sys.executable, local, True)] + ([(pub_py, ["published"], True)] if pub_py else [])
-        for python, methods, memory in runs:
+            runs += [(sys.executable, local, "memory")] + ([(pub_py, ["published"], "memory")] if pub_py else [])
+        if smoke:       # one worker per interpreter: timing, then each method's peak memory in the same process
+            runs = [(py, ms, "time" if args.no_memory else "both") for py, ms, kind in runs if kind == "time"]
+        for python, methods, kind in runs:
+            memory = kind != "time"
             repo = os.path.dirname(HERE) if python == sys.executable else None
-            out = run_worker(python, dict(job, cases=batch, methods=methods, repo=repo,
-                                          mode="memory" if memory else "time"), memory)
+            out = run_worker(python, dict(job, cases=batch, methods=methods, repo=repo, mode=kind), memory)
             for case in batch:
                 for m in methods:
                     recs.setdefault((case["id"], m), {"case": case["id"], "label": case["label"], "op": case["op"],
                                                       "params": case["params"], "method": m})
                     if "error" in out:
-                        recs[(case["id"], m)]["memory_error" if memory else "error"] = out["error"]
+                        recs[(case["id"], m)]["memory_error" if kind == "memory" else "error"] = out["error"]
             for row in out.get("results", []):
                 r = recs[(row["case"], row["method"])]
                 r.update({k: v for k, v in row.items() if k not in ("case", "method", "traceback")})
@@ -120,7 +127,7 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
             recs[(case["id"], "published")] = {"case": case["id"], "label": case["label"], "op": case["op"],
                                                "params": case["params"], "method": "published",
                                                "unavailable": pub_msg}
-    machine["background_cpus_busy_end"] = background_load()
+    machine["background_cpus_busy_end"] = background_load(_modes.load_sample_s(mode))
     results = list(recs.values())
     summary = ratios(results, local[0], compare)
     out_doc = {"name": name, "mode": mode, "machine": machine, "published": {"available": bool(pub_py),

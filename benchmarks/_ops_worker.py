@@ -10,8 +10,10 @@ formulation, and peak memory in a fresh process) or with the interpreter of the
 published release's venv (whose ``torchsparsegradutils`` shares our import name).
 It loads _harness.py by file path, so nothing of this repository is on sys.path.
 
-Job keys: mode ("time" | "memory"), cases (each: id, op, params), methods,
-reps, threads, and repo (put first on sys.path: the repository whose
+Job keys: mode ("time" | "memory" | "both": each method timed, then its peak memory
+measured in the same process, the smoke mode's one worker), cases (each: id, op, params),
+methods, reps, warmup (default 1), threads, smoke (freeze the garbage collector's
+generations after the imports: _harness.freeze_gc), and repo (put first on sys.path: the repository whose
 ``torchsparsegradutils`` is "ours"; absent for the published release).  Methods: "ours", "ours COO" (logsumexp on a torch COO tensor),
 "published" (whatever ``torchsparsegradutils`` this interpreter imports) and
 "plain" (the same op in plain PyTorch: torch.bmm over padded segments for the
@@ -445,19 +447,21 @@ def main() -> None:
     if job.get("repo"):        # ours: this repository's package, not an installed one
         sys.path.insert(0, job["repo"])
     import torchsparsegradutils as tsgu
+    if job.get("smoke"):
+        H.freeze_gc()
     out = {"module_file": tsgu.__file__, "torch": torch.__version__, "results": []}
     for case in job["cases"]:
         inp = make_inputs(case["op"], case["params"])
-        ref = reference(case["op"], case["params"], inp) if job["mode"] == "time" else None
+        ref = reference(case["op"], case["params"], inp) if job["mode"] != "memory" else None
         for name in job["methods"]:
             row = {"case": case["id"], "method": name}
             try:
                 prep = prepare(name, case["op"], case["params"], inp)
-                if job["mode"] == "time":
+                if job["mode"] != "memory":
                     row["check"] = check(prep, inp, ref)
-                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=1, budget_s=1.0, max_reps=9,
-                                                  cpu_time=job.get("cpu_time", False))
-                else:
+                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=job.get("warmup", 1),
+                                                  budget_s=1.0, max_reps=9, cpu_time=job.get("cpu_time", False))
+                if job["mode"] != "time":
                     row["memory"] = H.peak_memory(prep, inp["G"])
                     row["memory"]["necessary_bytes"] = necessary_bytes(case["op"], case["params"], inp)
                 del prep

@@ -55,6 +55,9 @@ def grid_notes(mode: str) -> List[str]:
         notes.append("Scaled down for time on 2 cores: n = 1e6 only with 4 and 16 entries per row "
                      "(small p), no 64-per-row matrix beyond n = 1e5, p = 256 only for the smaller matrices; "
                      "the grid actually run is listed in the JSON ('grid').")
+    elif mode == "smoke":
+        notes.append("Smoke mode (CI's check that the script works): tiny matrices, one timed run, no "
+                     "warm-up; the numbers mean nothing.")
     else:
         notes.append("Quick mode: small matrices and p = 16 (and p = 1 once); see the full mode for the grid.")
     return notes

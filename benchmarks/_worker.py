@@ -11,7 +11,8 @@ package) so that nothing from this repository lands on sys.path: under ``-I``
 the repository's own ``torchsparsegradutils`` cannot shadow the release.
 
 Job keys: mode ("time" | "memory"), groups (each: id, spec = MatrixSpec fields,
-ps, dtype, index_dtype), methods, published, reps, warmup, threads, limits.
+ps, dtype, index_dtype), methods, published, reps, warmup, threads, limits, smoke
+(freeze the garbage collector's generations after the imports: harness.freeze_gc).
 """
 import importlib.util
 import json
@@ -41,6 +42,8 @@ def main() -> None:
 
     if job.get("limits"):
         harness.set_limits(**job["limits"])
+    if job.get("smoke"):
+        harness.freeze_gc()
     out = {"module_file": tsgu.__file__, "module_version": getattr(tsgu, "__version__", "?"),
            "torch": torch.__version__, "results": []}
     methods = harness.methods_here(job["published"])

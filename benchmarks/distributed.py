@@ -1,6 +1,7 @@
 """Benchmark of the row-partitioned dist_sparse_mm: communication volume, and time per step.
 
-    python -m benchmarks.distributed --quick                  # about a minute; CI smoke run
+    python -m benchmarks.distributed --smoke                  # seconds: CI's check that it works
+    python -m benchmarks.distributed --quick                  # about a minute
     python -m benchmarks.distributed --cora ../shared/data/cora.npz
 
 (a) Volume: bytes each rank sends per product ``C = A @ B`` (forward and backward,
@@ -25,7 +26,10 @@
     processes on 2 cores: no speed-up is to be had beyond P = 2, and the loopback
     exchange is a memory copy, not a network.
 
-Results: benchmarks/results/distributed_{quick,full}.{json,md}.  Timings are never asserted on.
+The smoke mode (CI's check that the script works) runs (a) on Cora's size and a power-law
+graph of 10^3 rows, and (b) once: P = 2 on the small graph, one step without a warm-up,
+with rank 0 also timing the one-process sparse_mm.
+Results: benchmarks/results/distributed_{smoke,quick,full}.{json,md}.  Timings are never asserted on.
 """
 import argparse
 import datetime
@@ -51,6 +55,8 @@ from torchsparsegradutils import sparse_mm  # noqa: E402
 from torchsparsegradutils.distributed import (DistSparseCSR, dist_sparse_mm, partition_report,  # noqa: E402
                                               partition_rows, reorder)
 
+from . import _modes  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
@@ -60,6 +66,10 @@ CASES = {
              "parts": [2, 4, 8], "procs": [1, 2, 4]},
     "quick": {"volume_graphs": ["cora", "powerlaw 10k"], "time_graphs": ["cora", "powerlaw 10k"], "steps": 3,
               "parts": [2, 4, 8], "procs": [1, 2]},
+    # one spawn of 2 ranks; warmup: steps before the timed ones (default 1); single: rank 0 also
+    # times one process's sparse_mm (otherwise only P = 1 does)
+    "smoke": {"volume_graphs": ["cora", "powerlaw 1k"], "time_graphs": ["powerlaw 1k"], "steps": 1,
+              "parts": [2, 4, 8], "procs": [2], "warmup": 0, "single": True},
 }
 P_VOLUME, P_TIME, ITEMSIZE = 64, 64, 4           # columns of B; float32
 TIMEOUT = datetime.timedelta(seconds=120)
@@ -115,7 +125,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _time_worker(rank, world, port, name, cora_path, steps, out):
+def _time_worker(rank, world, port, name, cora_path, steps, out, warmup=1, single_too=False):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=TIMEOUT)
@@ -134,7 +144,7 @@ def _time_worker(rank, world, port, name, cora_path, steps, out):
         G = torch.ones(e - s, P_TIME)
         scratch = torch.cat([B[s:e], part.exchange(B[s:e])])     # own + halo rows, as A^T G has them
         times, exchanges, single = [], [], []
-        for step in range(steps + 1):
+        for step in range(warmup + steps):
             dist.barrier()
             t0 = time.perf_counter()
             dist_sparse_mm(part, Bm).backward(G)
@@ -143,15 +153,15 @@ def _time_worker(rank, world, port, name, cora_path, steps, out):
             part.exchange_back(scratch)
             t = torch.tensor([t1 - t0, time.perf_counter() - t1])
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            if step:                                             # the first is a warm-up
+            if step >= warmup:                                   # the first is a warm-up
                 times.append(float(t[0]))
                 exchanges.append(float(t[1]))
-        if world == 1:
+        if world == 1 or (single_too and rank == 0):
             Bw = B.clone().requires_grad_()
-            for step in range(steps + 1):
+            for step in range(warmup + steps):
                 t0 = time.perf_counter()
                 sparse_mm(A, Bw).sum().backward()
-                if step:
+                if step >= warmup:
                     single.append(time.perf_counter() - t0)
         if rank == 0:
             with open(out, "w") as f:
@@ -162,11 +172,11 @@ def _time_worker(rank, world, port, name, cora_path, steps, out):
         dist.destroy_process_group()
 
 
-def time_step(name: str, cora_path, world: int, steps: int) -> dict:
+def time_step(name: str, cora_path, world: int, steps: int, warmup: int = 1, single_too: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "t.json")
-        mp.start_processes(_time_worker, args=(world, _free_port(), name, cora_path, steps, out), nprocs=world,
-                           start_method="spawn")
+        mp.start_processes(_time_worker, args=(world, _free_port(), name, cora_path, steps, out, warmup, single_too),
+                           nprocs=world, start_method="spawn")
         with open(out) as f:
             return {"graph": label(name, cora_path), "P": world, **json.load(f)}
 
@@ -202,11 +212,11 @@ def markdown(doc: dict) -> str:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true")
+    _modes.add_mode_args(p)
     p.add_argument("--cora", help="Cora as a Planetoid .npz (default: a uniform graph of Cora's size)")
     p.add_argument("--out", default=RESULTS)
     args = p.parse_args(argv)
-    mode = "quick" if args.quick else "full"
+    mode = _modes.mode_of(args)
     case = CASES[mode]
     doc = {"mode": mode, "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                                     f"torch {torch.__version__}", "volume": {}, "time": []}
@@ -219,7 +229,8 @@ def main(argv=None):
                                for parts in case["parts"]]
     for name in case["time_graphs"]:
         for world in case["procs"]:
-            doc["time"].append(time_step(name, args.cora, world, case["steps"]))
+            doc["time"].append(time_step(name, args.cora, world, case["steps"], case.get("warmup", 1),
+                                         case.get("single", False)))
             print(doc["time"][-1], flush=True)
     doc["load"] = [round(x, 2) for x in os.getloadavg()]          # the machine is shared: its load, at the end
     os.makedirs(args.out, exist_ok=True)

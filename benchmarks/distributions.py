@@ -1,6 +1,6 @@
 """Benchmark of the sparse normal's log_prob: ours against the published release's, on the same factor.
 
-    python -m benchmarks.distributions [--quick] [--setup-published]
+    python -m benchmarks.distributions [--quick | --smoke] [--setup-published]
 
 Covariance ``Sigma = L L^T`` with a banded lower-triangular CSR ``L`` (bandwidth
 ``w``: ``nnz ~ (w + 1) n``), float64, ``S`` samples per call:
@@ -18,7 +18,8 @@ Covariance ``Sigma = L L^T`` with a banded lower-triangular CSR ``L`` (bandwidth
 
 Both sides time the same matrices and samples (passed through a file) and the
 published result is checked against ours first.  Median and min of the runs
-after a warm-up; results in benchmarks/results/distributions_<stamp>.{json,md}.
+after a warm-up; results in benchmarks/results/distributions_<stamp>.{json,md}.  ``--smoke``
+(a check that the script works): one case at n = 200, one timed run, no warm-up.
 """
 import argparse
 import json
@@ -34,7 +35,8 @@ import torch
 
 from torchsparsegradutils.distributions import SparseMultivariateNormal, SparseMultivariateNormalNative
 
-from .sparse_mm import ensure_published
+from . import _modes
+from ._machine import ensure_published
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -73,8 +75,9 @@ def banded_lower(n, w, dtype=torch.float64):
     return torch.sparse_csr_tensor(crow, cols, vals, (n, n))
 
 
-def timeit(fn, repeats):
-    fn()
+def timeit(fn, repeats, warmup=True):
+    if warmup:
+        fn()
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -98,7 +101,7 @@ def published_log_prob(py, L, loc, x, lp, repeats):
     return res
 
 
-def bench(n, w, S, repeats, py, dense_limit_gb):
+def bench(n, w, S, repeats, py, dense_limit_gb, warmup=True):
     L = banded_lower(n, w)
     g = torch.Generator().manual_seed(1)
     loc = torch.randn(n, dtype=torch.float64, generator=g)
@@ -122,7 +125,7 @@ def bench(n, w, S, repeats, py, dense_limit_gb):
     for name, fn in [("ours log_prob", lambda: ours.log_prob(x)),
                      ("ours Native.log_prob", lambda: native.log_prob(x)),
                      ("ours log_prob forward+backward", fwd_bwd)]:
-        med, mn = timeit(fn, repeats)
+        med, mn = timeit(fn, repeats, warmup)
         rows.append(dict(case=case, impl=name, median_s=med, min_s=mn))
     dense_gb = n * n * 8 / 1e9
     if py is None:
@@ -142,20 +145,23 @@ def bench(n, w, S, repeats, py, dense_limit_gb):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    _modes.add_mode_args(ap)
     ap.add_argument("--setup-published", action="store_true", help="create the published release's venv if missing")
     ap.add_argument("--venv", default=os.path.join(HERE, ".venv-published"))
     ap.add_argument("--dense-limit-gb", type=float, default=4.0)
     ap.add_argument("--out", default=RESULTS)
     args = ap.parse_args()
-    repeats = 5 if args.quick else 7
+    smoke = _modes.mode_of(args) == "smoke"
+    repeats = _modes.SMOKE_REPS if smoke else 5 if args.quick else 7
     cases = [(1000, 4, 16), (10000, 4, 16)] if args.quick else \
         [(1000, 4, 16), (10000, 4, 16), (100000, 4, 16), (1000000, 4, 16)]
+    if smoke:
+        cases = [(200, 4, 4)]
     py, why = ensure_published(args.venv, args.setup_published)
     print(f"published: {why}")
     rows = []
     for n, w, S in cases:
-        rows += bench(n, w, S, repeats, py, args.dense_limit_gb)
+        rows += bench(n, w, S, repeats, py, args.dense_limit_gb, warmup=not smoke)
         print(rows[-1], flush=True)
     by_case = {}
     for r in rows:
@@ -166,10 +172,12 @@ def main():
     meta = dict(torch=torch.__version__, threads=torch.get_num_threads(), machine=platform.machine(),
                 processor=platform.processor(), quick=args.quick, repeats=repeats, published=why,
                 load_average_at_end=os.getloadavg())
+    if smoke:
+        meta["smoke"] = True
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"distributions_{stamp}.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows, speedups=ratios), f, indent=1)
-    lines = [f"# log_prob benchmark ({stamp})", "",
+    lines = [f"# log_prob benchmark ({stamp}{', smoke mode: the numbers mean nothing' if smoke else ''})", "",
              f"torch {meta['torch']}, {meta['threads']} threads, float64, banded L (4 subdiagonals), "
              f"median of {repeats} runs after warm-up; load average at the end "
              f"{', '.join(f'{v:.1f}' for v in meta['load_average_at_end'])}; published: {why}", "",

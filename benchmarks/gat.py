@@ -2,6 +2,7 @@
 
 Run from the repository root::
 
+    python -m benchmarks.gat --smoke     # seconds: CI's check that it works
     python -m benchmarks.gat --quick     # about a minute
     python -m benchmarks.gat             # a few minutes on 2 cores
 
@@ -21,7 +22,10 @@ Before timing, every method is checked against PyG's layer in float64 with dropo
 PyG's own float32 result).  Times are medians of interleaved steps
 (methods take turns) after a warm-up step.  Peak memory: the rise of the resident set
 over one step, in a fresh process per (graph, method) (benchmarks/_harness.peak_memory).
-Results: benchmarks/results/gat_{quick,full}.{json,md}.  Timings are never asserted on.
+The smoke mode (CI's check that the script works): Cora as it is, the power-law graph at
+10^3 nodes, one timed step without a warm-up, and one fresh process (the first graph's
+"ours") for peak memory.
+Results: benchmarks/results/gat_{smoke,quick,full}.{json,md}.  Timings are never asserted on.
 """
 import argparse
 import json
@@ -38,6 +42,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see 
 import torch  # noqa: E402
 
 from . import _harness as H  # noqa: E402
+from . import _modes  # noqa: E402
 from ._matrices import MatrixSpec, pattern  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,11 +53,13 @@ CORA = "/work/shared/data/cora.npz"
 # tensor (bag-of-words rows, 1.3% stored: the feature transform is then sparse_mm)
 METHODS = {"cora": ("ours", "ours sparse x", "pyg"), "powerlaw": ("ours", "pyg")}
 HEADS, CHANNELS, DROPOUT = 8, 8, 0.6
-REPS = {"cora": {False: 41, True: 15}, "powerlaw": {False: 7, True: 3}}    # timed steps (full, quick)
+REPS = {"cora": {"full": 41, "quick": 15, "smoke": _modes.SMOKE_REPS},     # timed steps per mode
+        "powerlaw": {"full": 7, "quick": 3, "smoke": _modes.SMOKE_REPS}}
+POWERLAW_N = {"full": 200_000, "quick": 50_000, "smoke": 1_000}
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
 
 
-def graph(name: str, quick: bool, cora: str):
+def graph(name: str, mode: str, cora: str):
     """(x, edge_index) of a case, made the same way in every process."""
     if name == "cora":
         import numpy as np
@@ -62,7 +69,7 @@ def graph(name: str, quick: bool, cora: str):
             x = torch.sparse_csr_tensor(torch.from_numpy(f["x_indptr"]), torch.from_numpy(f["x_indices"]),
                                         torch.from_numpy(f["x_data"]), tuple(f["x_shape"])).to_dense()
         return x, ei
-    n = 50_000 if quick else 200_000
+    n = POWERLAW_N[mode]
     idx, _ = pattern(MatrixSpec("powerlaw", n, n, per_row=16))
     x = torch.randn(n, 64, generator=torch.Generator().manual_seed(1))
     return x, idx.flip(0).contiguous()          # COO (row = target, col = source) -> (source, target)
@@ -115,11 +122,11 @@ def check(case: str, x, ei) -> dict:
     return diffs
 
 
-def time_steps(case: str, x, ei, reps: int) -> dict:
+def time_steps(case: str, x, ei, reps: int, warmup: bool = True) -> dict:
     """Median (and min) seconds of a training step per method, interleaved."""
     G = torch.randn(x.shape[0], HEADS * CHANNELS, generator=torch.Generator().manual_seed(2))
     steps = {name: step_fn(layer.train(), xin, ei, G) for name, (layer, xin) in methods(case, x, DROPOUT).items()}
-    for s in steps.values():
+    for s in steps.values() if warmup else ():
         s()                                                 # warm-up (ours: builds and caches the pattern)
     ts = {name: [] for name in steps}
     for _ in range(reps):
@@ -130,10 +137,10 @@ def time_steps(case: str, x, ei, reps: int) -> dict:
     return {name: {"median_s": statistics.median(t), "min_s": min(t), "reps": len(t)} for name, t in ts.items()}
 
 
-def memory_child(case: str, method: str, quick: bool, cora: str, threads: int) -> None:
+def memory_child(case: str, method: str, mode: str, cora: str, threads: int) -> None:
     """In a fresh process: one step's peak memory, printed as JSON."""
     H.env_threads(threads)
-    x, ei = graph(case, quick, cora)
+    x, ei = graph(case, mode, cora)
     layer, xin = methods(case, x, DROPOUT)[method]
     layer.train()
     G = torch.randn(x.shape[0], HEADS * CHANNELS)
@@ -141,9 +148,9 @@ def memory_child(case: str, method: str, quick: bool, cora: str, threads: int) -
     print(json.dumps(H.peak_memory(prep, G)))
 
 
-def memory(case: str, method: str, quick: bool, cora: str, threads: int) -> dict:
+def memory(case: str, method: str, mode: str, cora: str, threads: int) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.gat", "--memory-of", case, method, "--cora", cora,
-           "--threads", str(threads)] + (["--quick"] if quick else [])
+           "--threads", str(threads)] + ([] if mode == "full" else [f"--{mode}"])
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -161,7 +168,7 @@ def markdown(results: dict) -> str:
         peak = {k: mem.get(k, {}).get("peak_bytes") for k in t}
         for name in t:
             mo, mp = peak[name], peak["pyg"]
-            mem_cols = f"{mo / 1e6:.0f} | {mo / mp:.2f}" if mo is not None and mp else "- | -"
+            mem_cols = (f"{mo / 1e6:.0f} | " + (f"{mo / mp:.2f}" if mp else "-")) if mo is not None else "- | -"
             lines.append(f"| {c['graph']} | {c['nodes']} | {c['edges']} | {name} | {t[name]['median_s'] * 1e3:.1f} | "
                          f"{t['pyg']['median_s'] / t[name]['median_s']:.2f} | {mem_cols} |")
     return "\n".join(lines) + "\n"
@@ -169,7 +176,7 @@ def markdown(results: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    _modes.add_mode_args(ap)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--cora", default=CORA)
     ap.add_argument("--no-memory", action="store_true")
@@ -177,13 +184,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--memory-of", nargs=2, metavar=("CASE", "METHOD"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    base = _modes.mode_of(a)
     if a.memory_of:
-        memory_child(*a.memory_of, a.quick, a.cora, a.threads)
+        memory_child(*a.memory_of, base, a.cora, a.threads)
         return 0
     import torch_geometric
 
     H.env_threads(a.threads)
-    mode = ("quick" if a.quick else "full") + ("" if a.graphs == "cora,powerlaw" else "_" + a.graphs.replace(",", "_")) \
+    mode = base + ("" if a.graphs == "cora,powerlaw" else "_" + a.graphs.replace(",", "_")) \
         + ("" if a.threads == 2 else f"_{a.threads}threads")
     results = {"mode": mode, "threads": a.threads, "torch": torch.__version__,
                "torch_geometric": torch_geometric.__version__, "machine": platform.processor() or platform.machine(),
@@ -192,11 +200,13 @@ def main(argv=None) -> int:
         if case == "cora" and not os.path.exists(a.cora):
             print(f"skipping Cora: {a.cora} not found (--cora PATH)", flush=True)
             continue
-        x, ei = graph(case, a.quick, a.cora)
+        x, ei = graph(case, base, a.cora)
         row = {"graph": case, "nodes": x.shape[0], "edges": ei.shape[1], "check": check(case, x, ei),
-               "time": time_steps(case, x, ei, REPS[case][a.quick])}
-        if not a.no_memory:
-            row["memory"] = {m: memory(case, m, a.quick, a.cora, a.threads) for m in METHODS[case]}
+               "time": time_steps(case, x, ei, REPS[case][base], warmup=base != "smoke")}
+        # the smoke mode starts one memory process: the first graph's first method
+        measured = METHODS[case] if base != "smoke" else METHODS[case][:1] if not results["cases"] else ()
+        if not a.no_memory and measured:
+            row["memory"] = {m: memory(case, m, base, a.cora, a.threads) for m in measured}
         results["cases"].append(row)
         print(json.dumps(row), flush=True)
     os.makedirs(a.out, exist_ok=True)

@@ -1,6 +1,7 @@
 """GNN training against PyTorch Geometric, side by side in one run: Planetoid accuracy and step time,
 and a synthetic power-law graph's step time and peak memory.
 
+    python -m benchmarks.gnn --smoke          # seconds, CI's check that it works: Cora, 1 epoch; n = 10^3
     python -m benchmarks.gnn --quick          # about a minute: Cora, 1 seed, 30 epochs; n = 2*10^4
     python -m benchmarks.gnn                  # Cora and Citeseer, 3 seeds, 200 epochs; n = 2*10^5
     python -m benchmarks.gnn --data DIR       # where cora.npz / citeseer.npz are (default ../shared/data)
@@ -28,9 +29,13 @@ and a synthetic power-law graph's step time and peak memory.
     the libraries for ``--rounds`` rounds, and the median over rounds is reported.
 
 GAT rows need ``torchsparsegradutils.nn.GATConv``; without it they say "not available".
-Results: benchmarks/results/gnn_{quick,full}.{json,md,png}.  Timings are never asserted.
+The smoke mode (CI's check that the script works) trains one epoch on Cora, and runs every
+(model, library) of (b) on 10^3 nodes one after another in a single fresh process, without
+warm-up steps, for one timed step each.
+Results: benchmarks/results/gnn_{smoke,quick,full}.{json,md,png}.  Timings are never asserted.
 """
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -48,8 +53,8 @@ import torch.nn.functional as F  # noqa: E402
 import torchsparsegradutils.nn as tnn  # noqa: E402
 from torchsparsegradutils import SparseCSR  # noqa: E402
 
-from . import _matrices  # noqa: E402
-from .sparse_mm import background_load, machine_info  # noqa: E402
+from . import _matrices, _modes  # noqa: E402
+from ._machine import background_load, machine_info  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -64,6 +69,8 @@ HYPER = {
 MODES = {
     "full": dict(datasets=("cora", "citeseer"), seeds=3, epochs=200, n=200_000, reps=6, rounds=2),
     "quick": dict(datasets=("cora",), seeds=1, epochs=30, n=20_000, reps=5, rounds=1),
+    "smoke": dict(datasets=("cora",), seeds=1, epochs=1, n=1_000, reps=_modes.SMOKE_REPS, rounds=1,
+                  warmup=_modes.SMOKE_WARMUP, one_worker=True),
 }
 MODELS = ("GCN", "SAGE-mean", "GAT")
 SYNTHETIC = ("SAGE-mean", "GAT")
@@ -207,9 +214,11 @@ def planetoid_case(model: str, name: str, path: str, seeds: int, epochs: int) ->
 def synthetic_worker(job: dict) -> dict:
     """One (model, library) on the power-law graph, in this fresh process: peak memory of
     one step, then the median of `reps` steps."""
-    from ._harness import _status_kb, _trim
+    from ._harness import _status_kb, _trim, freeze_gc
 
     torch.set_num_threads(job["threads"])
+    if job.get("smoke") and not gc.get_freeze_count():      # once per process: see _harness.freeze_gc
+        freeze_gc()
     n, feats, classes = job["n"], job["features"], job["classes"]
     idx, _ = _matrices.pattern(_matrices.MatrixSpec("powerlaw", n, n, per_row=job["per_row"]))
     ei = idx.flip(0).contiguous()                                 # row i gathers from its columns: j -> i
@@ -223,7 +232,7 @@ def synthetic_worker(job: dict) -> dict:
     torch.manual_seed(0)
     net = Net(lib, model, feats, classes, **hyper)
     opt = optimizer(net, **hyper)
-    for _ in range(2):
+    for _ in range(job.get("warmup", 2)):
         step(net, opt, x, ei, y, every)
     _trim()
     with open("/proc/self/clear_refs", "w") as fh:
@@ -236,9 +245,14 @@ def synthetic_worker(job: dict) -> dict:
             "ms_per_step_min": 1e3 * min(ts)}
 
 
-def run_synthetic(model: str, lib: str, n: int, reps: int, threads: int) -> dict:
-    job = {"model": model, "lib": lib, "n": n, "per_row": 16, "features": 64, "classes": 16,
-           "reps": reps, "threads": threads}
+def _job(model: str, lib: str, n: int, reps: int, threads: int, warmup: int = 2, smoke: bool = False) -> dict:
+    return {"model": model, "lib": lib, "n": n, "per_row": 16, "features": 64, "classes": 16,
+            "reps": reps, "threads": threads, "warmup": warmup, "smoke": smoke}
+
+
+def run_worker(job):
+    """synthetic_worker of a job (or of a list of jobs, one after another) in a fresh process."""
+    threads = (job[0] if isinstance(job, list) else job)["threads"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MALLOC_MMAP_THRESHOLD_="65536",
                MALLOC_TRIM_THRESHOLD_="131072")
     r = subprocess.run([sys.executable, "-m", "benchmarks.gnn", "--worker", json.dumps(job)], cwd=ROOT, env=env,
@@ -249,13 +263,25 @@ def run_synthetic(model: str, lib: str, n: int, reps: int, threads: int) -> dict
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def synthetic_case(model: str, n: int, reps: int, rounds: int, threads: int) -> dict:
+def run_synthetic(model: str, lib: str, n: int, reps: int, threads: int) -> dict:
+    return run_worker(_job(model, lib, n, reps, threads))
+
+
+def pooled_synthetic(models, n: int, reps: int, threads: int, warmup: int) -> dict:
+    """{(model, lib): result} of every (model, library) of (b) run in one worker process (the
+    smoke mode), each result the worker's error where it failed."""
+    keys = [(m, lib) for m in models for lib in ["ours"] + (["pyg"] if pyg() else [])]
+    out = run_worker([_job(m, lib, n, reps, threads, warmup, smoke=True) for m, lib in keys])
+    return {k: out if "error" in out else r for k, r in zip(keys, out if isinstance(out, list) else [out] * len(keys))}
+
+
+def synthetic_case(model: str, n: int, reps: int, rounds: int, threads: int, pooled=None) -> dict:
     libs = ["ours"] + (["pyg"] if pyg() else [])
     rec = {"model": model, "nodes": n, "per_row": 16, "features": 64, "rounds": rounds}
     runs = {lib: [] for lib in libs}
     for _ in range(rounds):
         for lib in libs:                          # alternate the libraries round by round
-            runs[lib].append(run_synthetic(model, lib, n, reps, threads))
+            runs[lib].append(pooled[model, lib] if pooled else run_synthetic(model, lib, n, reps, threads))
     for lib, rs in runs.items():
         ok = [r for r in rs if "error" not in r]
         if not ok:
@@ -356,7 +382,7 @@ def plot(doc: dict, path: str):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="about a minute")
+    _modes.add_mode_args(ap, "about a minute")
     ap.add_argument("--data", default=os.path.join(os.path.dirname(ROOT), "shared", "data"),
                     help="the folder of cora.npz and citeseer.npz")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -368,14 +394,15 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(synthetic_worker(json.loads(args.worker))))
+        job = json.loads(args.worker)
+        print(json.dumps([synthetic_worker(j) for j in job] if isinstance(job, list) else synthetic_worker(job)))
         return 0
     torch.set_num_threads(args.threads)
-    mode = "quick" if args.quick else "full"
+    mode = _modes.mode_of(args)
     cfg = dict(MODES[mode], **({"seeds": args.seeds} if args.seeds else {}))
     t0 = time.time()
     machine = machine_info(args.threads)
-    machine["background_cpus_busy_start"] = background_load()
+    machine["background_cpus_busy_start"] = background_load(_modes.load_sample_s(mode))
     gnn = pyg()
     print(f"gnn benchmarks ({mode}): {machine['cpu']}, {args.threads} threads, other load "
           f"{machine['background_cpus_busy_start']:.2f} CPUs; PyG: {'installed' if gnn else 'not installed'}; "
@@ -395,6 +422,10 @@ def main(argv=None) -> int:
     doc = {"name": "gnn", "mode": mode, "machine": machine, "threads": args.threads, "seeds": cfg["seeds"],
            "epochs": cfg["epochs"], "synthetic_n": cfg["n"], "pyg_version": _pyg_version(),
            "gat_available": has_gat(), "planetoid": [], "synthetic": [], "cases_total": len(cases)}
+    # the smoke mode: every (model, library) of (b) in one worker process, started once
+    wanted = [m for kind, m, _ in cases if kind == "synthetic" and (m != "GAT" or has_gat())]
+    pooled = pooled_synthetic(wanted, cfg["n"], cfg["reps"], args.threads, cfg["warmup"]) \
+        if cfg.get("one_worker") and wanted else None
     for kind, model, name in cases:
         if kind == "planetoid":
             path = os.path.join(args.data, f"{name}.npz")
@@ -410,13 +441,13 @@ def main(argv=None) -> int:
         elif model == "GAT" and not has_gat():
             doc["synthetic"].append({"model": model, "unavailable": "not available (no GATConv)"})
         else:
-            rec = synthetic_case(model, cfg["n"], cfg["reps"], cfg["rounds"], args.threads)
+            rec = synthetic_case(model, cfg["n"], cfg["reps"], cfg["rounds"], args.threads, pooled)
             doc["synthetic"].append(rec)
             print(f"[{time.time() - t0:5.0f}s] {model:9s} power-law n={cfg['n']} " + "  ".join(
                 f"{lib}: " + (rec[lib].get("error") or f"{rec[lib]['ms_per_step']:.0f} ms, peak "
                               f"{rec[lib]['peak_bytes'] / 1e6:.0f} MB") for lib in ("ours", "pyg") if lib in rec),
                 flush=True)
-        machine["background_cpus_busy_end"] = background_load(0.2)
+        machine["background_cpus_busy_end"] = background_load(_modes.load_sample_s(mode, 0.2))
         doc["elapsed_s"] = time.time() - t0
         text, written = write(doc, args.out)
     print()

@@ -2,6 +2,7 @@
 
 Run from the repository root::
 
+    python -m benchmarks.indexed_matmul --smoke     # seconds: CI's check that it works
     python -m benchmarks.indexed_matmul --quick     # about 30 s
     python -m benchmarks.indexed_matmul             # a few minutes on 2 cores
 
@@ -28,6 +29,7 @@ GRIDS = {
              _case("segment_mm", 300_000, 16, 64), _case("segment_mm", 100_000, 64, 128)],
     "quick": [_case("gather_mm", 30_000, 16, 64), _case("segment_mm", 30_000, 16, 64),
               _case("gather_mm", 10_000, 64, 128)],
+    "smoke": [_case("gather_mm", 256, 4, 8), _case("segment_mm", 256, 4, 8)],
 }
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark of the per-call cost: what every call on a small matrix pays, beyond its arithmetic.
 
-    python -m benchmarks.per_call --quick                  # about 10 s (a minute with --baseline); CI smoke run
+    python -m benchmarks.per_call --smoke                  # seconds: CI's check that it works
+    python -m benchmarks.per_call --quick                  # about 10 s (a minute with --baseline)
     python -m benchmarks.per_call                          # more calls and rounds
     python -m benchmarks.per_call --baseline /path/to/other/checkout   # before / after, side by side
 
@@ -16,8 +17,9 @@ Each time is a loop of many calls divided by their number; the methods take turn
 dense float64 reference first.  With ``--baseline DIR`` every measurement runs in
 worker processes, alternating between this checkout and DIR (e.g. a clone of main,
 built in place) round by round; ratios are medians over the rounds of each round's
-ratio.  Results: benchmarks/results/per_call_{quick,full}.{json,md}.  Timings are
-never asserted on.
+ratio.  The smoke mode (a few calls, one loop, no warm-up) measures this checkout in
+one such worker.  Results: benchmarks/results/per_call_{smoke,quick,full}.{json,md}.
+Timings are never asserted on.
 """
 import importlib.util
 import os
@@ -52,6 +54,8 @@ CASES = {
              "trisolve": {"sizes": [(3, 1), (3, 2), (30, 1), (30, 2), (300, 1), (300, 2)], "calls": 2000, "reps": 9}},
     "quick": {"mm": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 1000, "reps": 7},
               "trisolve": {"sizes": [(3, 1), (30, 2), (300, 1)], "calls": 500, "reps": 7}},
+    "smoke": {"mm": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 4, "reps": 1, "warmup": 0},
+              "trisolve": {"sizes": [(3, 1), (30, 2)], "calls": 2, "reps": 1, "warmup": 0}},
 }
 PARTS = ("mm", "trisolve")
 MM_METHODS = TL.CALL_METHODS
@@ -85,12 +89,13 @@ def measure_trisolve(tsgu, cfg):
         for n, p in cfg["sizes"]:
             fns = _tri_setups(tsgu, n, p)
             times = {k: [] for k in fns}
-            for r in range(cfg["reps"] + 1):          # the first round warms up
+            warm = cfg.get("warmup", 1)
+            for r in range(warm + cfg["reps"]):       # the first round warms up
                 for method, fn in fns.items():
                     t0 = time.perf_counter()
                     for _ in range(cfg["calls"]):
                         fn()
-                    if r:
+                    if r >= warm:
                         times[method].append((time.perf_counter() - t0) / cfg["calls"])
             res[f"n={n} p={p}"] = {k: TL._stats(v) for k, v in times.items()}
     return res

@@ -2,6 +2,7 @@
 
 Run from the repository root::
 
+    python -m benchmarks.reduce --smoke     # seconds: CI's check that it works
     python -m benchmarks.reduce --quick     # about a minute
     python -m benchmarks.reduce             # a few minutes on 2 cores
 
@@ -16,7 +17,7 @@ the CPU only), and the scatter formulation on the values and index arrays
 ``include_self=False``: what GNN code falls back to), all checked against that
 formulation in float64 first.  Peak memory is measured per method in a fresh
 process; "necessary" is the output, both gradients and, for amax, the int32 arg of
-every output element.  Results: benchmarks/results/reduce_{quick,full}.{json,md,png}.
+every output element.  Results: benchmarks/results/reduce_{smoke,quick,full}.{json,md,png}.
 """
 import os
 import sys
@@ -34,6 +35,7 @@ def _case(graph, n, p, reduce, per_row=8):
 GRIDS = {
     "full": [_case(g, 100_000, p, r) for g in ("uniform", "powerlaw") for p in (16, 64) for r in ("mean", "amax")],
     "quick": [_case(g, 20_000, 16, r) for g in ("uniform", "powerlaw") for r in ("mean", "amax")],
+    "smoke": [_case(g, 256, 4, r) for g in ("uniform", "powerlaw") for r in ("mean", "amax")],
 }
 
 if __name__ == "__main__":

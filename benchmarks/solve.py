@@ -1,6 +1,6 @@
 """Benchmark of the solves: ours against PyTorch's and SciPy's, on the same matrices.
 
-    python -m benchmarks.solve [--quick]
+    python -m benchmarks.solve [--quick | --smoke]
 
 * Triangular solve, forward and forward+backward: sparse_triangular_solve (C
   kernels) against torch.triangular_solve with a CSR A (PyTorch's own sparse
@@ -18,6 +18,9 @@
 
 Correctness is checked before timing; each time is the median (and min) of
 >= 5 runs after a warm-up.  Results: benchmarks/results/solve_<stamp>.{json,md}.
+``--smoke`` (CI's check that the script works): one tiny triangular case, the
+iterative solves at n = 100 (make_spd_sparse, with LSMR) and n = 300 (sparse_spd),
+one timed run each without a warm-up.
 """
 import argparse
 import json
@@ -37,6 +40,8 @@ import torch
 from torchsparsegradutils import sparse_triangular_solve
 from torchsparsegradutils.utils import (ConvergenceWarning, MINRESSettings, linear_cg, lsmr, make_spd_sparse, minres,
                                         rand_sparse, rand_sparse_tri)
+
+from . import _modes
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
 warnings.filterwarnings("ignore", category=ConvergenceWarning)
@@ -88,8 +93,9 @@ def published_triangular(A, B, X, repeats):
     return res
 
 
-def timeit(fn, repeats):
-    fn()                                            # warm-up
+def timeit(fn, repeats, warmup=True):
+    if warmup:
+        fn()                                        # warm-up
     ts = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -103,7 +109,7 @@ def to_scipy(A):
     return sp.csr_matrix((A.values().numpy(), A.col_indices().numpy(), A.crow_indices().numpy()), shape=A.shape)
 
 
-def bench_triangular(n, nnz, p, repeats):
+def bench_triangular(n, nnz, p, repeats, warmup=True):
     A = rand_sparse_tri((n, n), nnz, torch.sparse_csr, upper=False, values_dtype=torch.float64,
                         well_conditioned=True)
     B = torch.randn(n, p, dtype=torch.float64)
@@ -137,7 +143,7 @@ def bench_triangular(n, nnz, p, repeats):
                       lambda: spla.spsolve_triangular(As, B.numpy(), lower=True)),
                      ("ours forward+backward (grad_A and grad_B)", ours_fb),
                      ("torch forward + grad_B solve (no grad_A)", torch_fb)]:
-        med, mn = timeit(fn, repeats)
+        med, mn = timeit(fn, repeats, warmup)
         rows.append(dict(op="triangular", case=f"n={n} nnz={nnz} p={p}", impl=name, median_s=med, min_s=mn))
     return rows
 
@@ -155,12 +161,12 @@ def sparse_spd(n, per_row, seed=0):
     return A.coalesce().to_sparse_csr()
 
 
-def bench_iterative(n, repeats):
-    """CG and MINRES on an SPD A (make_spd_sparse up to n = 4000, sparse_spd beyond), LSMR
-    on a tall rand_sparse up to n = 2000; the error is the relative residual
+def bench_iterative(n, repeats, warmup=True, dense_up_to=4000):
+    """CG and MINRES on an SPD A (make_spd_sparse up to n = dense_up_to, sparse_spd beyond),
+    LSMR on a tall rand_sparse up to n = 2000; the error is the relative residual
     ||A x - b|| / ||b|| (for LSMR the distance to the dense least-squares solution)."""
     torch.manual_seed(0)
-    if n <= 4000:
+    if n <= dense_up_to:
         A, _ = make_spd_sparse(n, torch.sparse_csr, torch.float64, torch.int64, torch.device("cpu"),
                                sparsity_ratio=0.98)
     else:
@@ -193,7 +199,7 @@ def bench_iterative(n, repeats):
         else:
             err_o, err_s = (float(np.linalg.norm(As @ x - bn) / np.linalg.norm(bn)) for x in (xo, xs))
         for impl, fn, err in [(f"ours {name}", ours, err_o), (f"scipy {name}", theirs, err_s)]:
-            med, mn = timeit(fn, repeats)
+            med, mn = timeit(fn, repeats, warmup)
             rows.append(dict(op=name, case=case if name != "lsmr" else f"tall {m}x{n} nnz={4 * m}", impl=impl,
                              median_s=med, min_s=mn, rel_err=err))
     return rows
@@ -221,27 +227,34 @@ def ratios(rows):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
+    _modes.add_mode_args(ap)
     ap.add_argument("--out", default=RESULTS, help="folder for the JSON and markdown results")
     args = ap.parse_args()
-    repeats = 5 if args.quick else 10
+    smoke = _modes.mode_of(args) == "smoke"
+    repeats = _modes.SMOKE_REPS if smoke else 5 if args.quick else 10
     tri_cases = [(1000, 10000, 1), (10000, 100000, 1), (2000, 20000, 16)] if args.quick else \
         [(1000, 10000, 1), (10000, 100000, 1), (100000, 1000000, 1), (1000000, 10000000, 1),
          (2000, 20000, 16), (20000, 200000, 16), (100000, 1000000, 4)]
     it_sizes = [100, 1000] if args.quick else [100, 1000, 4000, 100000]
+    dense_up_to = 4000
+    if smoke:        # one case of each kind; n = 300 through sparse_spd (the full mode's n = 1e5 path)
+        tri_cases, it_sizes, dense_up_to = [(200, 1000, 2)], [100, 300], 100
     rows = []
     for n, nnz, p in tri_cases:
-        rows += bench_triangular(n, nnz, p, repeats)
+        rows += bench_triangular(n, nnz, p, repeats, warmup=not smoke)
     for n in it_sizes:
-        rows += bench_iterative(n, repeats)
+        rows += bench_iterative(n, repeats, warmup=not smoke, dense_up_to=dense_up_to)
     rat = ratios(rows)
     os.makedirs(args.out, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     meta = dict(torch=torch.__version__, scipy=__import__("scipy").__version__, threads=torch.get_num_threads(),
                 machine=platform.machine(), processor=platform.processor(), quick=args.quick, repeats=repeats)
+    if smoke:
+        meta["smoke"] = True
     with open(os.path.join(args.out, f"solve_{stamp}.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows, speedups=rat), f, indent=1)
-    lines = [f"# Solve benchmarks ({stamp})", "", f"torch {meta['torch']}, scipy {meta['scipy']}, "
+    lines = [f"# Solve benchmarks ({stamp}{', smoke mode: the numbers mean nothing' if smoke else ''})", "",
+             f"torch {meta['torch']}, scipy {meta['scipy']}, "
              f"{meta['threads']} threads, median of {repeats} runs after warm-up", "",
              "| op | case | implementation | median ms | min ms | rel. error |", "|---|---|---|---|---|---|"]
     for r in rows:

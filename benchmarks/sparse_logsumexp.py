@@ -2,6 +2,7 @@
 
 Run from the repository root::
 
+    python -m benchmarks.sparse_logsumexp --smoke     # seconds: CI's check that it works
     python -m benchmarks.sparse_logsumexp --quick     # about 30 s
     python -m benchmarks.sparse_logsumexp             # a few minutes on 2 cores
 
@@ -32,6 +33,7 @@ def _case(n, mode, per_row=16):
 GRIDS = {
     "full": [_case(1_000_000, "rows"), _case(1_000_000, "cols"), _case(1_000_000, "bidir")],
     "quick": [_case(100_000, "rows"), _case(100_000, "cols"), _case(100_000, "bidir")],
+    "smoke": [_case(256, "rows", 4), _case(256, "cols", 4), _case(256, "bidir", 4)],
 }
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    python -m benchmarks.sparse_mm --quick            # about a minute; CI smoke run
+    python -m benchmarks.sparse_mm --smoke            # seconds: CI's check that it works (numbers meaningless)
+    python -m benchmarks.sparse_mm --quick            # about a minute
     python -m benchmarks.sparse_mm                    # full grid, about 20 minutes on 2 cores
     python -m benchmarks.sparse_mm --graph /work/shared/data/cora.npz   # add a real graph
 
@@ -29,14 +30,13 @@ What it does, side by side in one run, for every case (matrix x p x dtype x inde
   ``nnz*(index+value) + nnz*p*itemsize + n*p*itemsize``, and as a fraction of the
   machine's copy / triad bandwidth measured in the same run.
 
-It writes ``sparse_mm_{quick,full}.json`` / ``.md`` and PNG plots under ``--out``
+It writes ``sparse_mm_{smoke,quick,full}.json`` / ``.md`` and PNG plots under ``--out``
 and prints, at the end, which of the issue's targets hold and which miss.
 Timings are never asserted on: the script exits 0 whatever they are.
 """
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -54,11 +54,12 @@ import torch  # noqa: E402
 
 from . import _harness as H
 from . import _matrices as M
-from . import _report
+from . import _modes, _report
+# re-exported: the other drivers took these from here before _machine.py held them
+from ._machine import PUBLISHED_PACKAGE, background_load, ensure_published, machine_info  # noqa: F401
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_worker.py")
-PUBLISHED_PACKAGE = "torchsparsegradutils==0.2.7"   # newest on PyPI when this suite was written
 LOCAL_METHODS = ["ours COO", "ours CSR", "torch COO", "torch CSR", "torch loop", "dense", "gather"]
 PUBLISHED_METHODS = ["published COO", "published CSR"]
 
@@ -120,42 +121,32 @@ def quick_grid(graph: Optional[str]) -> List[Group]:
     return groups
 
 
+def smoke_grid(graph: Optional[str]) -> List[Group]:
+    """CI's smoke run: each kind of matrix, dtype and index dtype of the quick grid at a
+    tiny size, p = 1 once; the peak-memory worker (one process) for two of them.  The banded matrix
+    is the largest, so that SMOKE_LIMITS skip its dense methods (the skip rows)."""
+    groups = [
+        Group(M.MatrixSpec("uniform", 64, 64, 4), (1, 4)),
+        Group(M.MatrixSpec("banded", 1024, 1024), (4,)),
+        Group(M.MatrixSpec("batched", 16, 16, batch=4, nnz_item=16), (4,), memory=False),
+        # not float32/int64: out of the plots, whose cost grows with their matrices
+        Group(M.MatrixSpec("powerlaw", 64, 64, 4), (4,), dtype="float64", index_dtype="int32", memory=False),
+        Group(M.MatrixSpec("uniform", 64, 64, 4), (4,), dtype="float16", memory=False),
+        Group(M.MatrixSpec("uniform", 64, 64, 4), (4,), dtype="bfloat16", memory=False),
+    ]
+    if graph:
+        groups.append(Group(M.graph_spec(graph), (4,), memory=False))
+    return groups
+
+
+GRIDS = {"full": full_grid, "quick": quick_grid, "smoke": smoke_grid}
 QUICK_LIMITS = {"dense": 0.25e9, "densify": 0.25e9, "gather": 1e9}
+# the banded 1024 x 1024 (4 MB dense) is skipped, the 64 x 64 ones are not
+SMOKE_LIMITS = {"dense": 1e6, "densify": 1e6, "gather": 1e9}
 FULL_LIMITS = {"dense": H.DENSE_LIMIT, "densify": H.DENSIFY_LIMIT, "gather": H.GATHER_LIMIT}
 
 
 # --------------------------------------------------------------------------- machine
-
-def machine_info(threads: int) -> Dict[str, object]:
-    cpu = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "threads": threads, "torch": torch.__version__,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
-
-
-def background_load(seconds: float = 1.0) -> float:
-    """CPUs busy with other work while this process sleeps (0 .. cores), from /proc/stat."""
-    def busy_total():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        idle = v[3] + (v[4] if len(v) > 4 else 0)
-        return sum(v) - idle, sum(v)
-    try:
-        b0, t0 = busy_total()
-        time.sleep(seconds)
-        b1, t1 = busy_total()
-    except OSError:
-        return float("nan")
-    return (b1 - b0) / max(t1 - t0, 1) * (os.cpu_count() or 1)
-
 
 def measure_bandwidth(n_elems: int = 1 << 25, reps: int = 9) -> Dict[str, float]:
     """Copy (a = b) and triad (a = b + s*c) through torch on float32 arrays far larger than
@@ -174,62 +165,6 @@ def measure_bandwidth(n_elems: int = 1 << 25, reps: int = 9) -> Dict[str, float]
         out[name + "_GBps"] = nbytes / statistics.median(ts) / 1e9
     out["array_MB"] = n_elems * item / 1e6
     return out
-
-
-# --------------------------------------------------------------------------- published venv
-
-def _venv_python(venv: str) -> str:
-    return os.path.join(venv, "bin", "python")
-
-
-def _probe_published(py: str) -> Tuple[bool, str]:
-    code = ("import torch, torchsparsegradutils as t, os, importlib.metadata as md; "
-            "print(md.version('torchsparsegradutils'), torch.__version__, os.path.dirname(t.__file__))")
-    try:
-        r = subprocess.run([py, "-I", "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"{type(e).__name__}: {e}"
-    if r.returncode != 0:
-        return False, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "import failed"
-    ver, tv, where = r.stdout.split()
-    if os.path.abspath(where).startswith(os.path.dirname(HERE) + os.sep + "torchsparsegradutils"):
-        return False, "the venv imports this repository's torchsparsegradutils, not the release"
-    return True, f"torchsparsegradutils {ver} (torch {tv}) at {where}"
-
-
-def ensure_published(venv: str, create: bool) -> Tuple[Optional[str], str]:
-    """The venv's interpreter and a description, or (None, why it is unavailable).
-
-    Creation installs the pinned CPU torch first (pip finds the local build for this
-    exact pin: never let pip resolve an unpinned torch), then the release's other
-    dependencies, then the release itself with --no-deps."""
-    py = _venv_python(venv)
-    if os.path.exists(py):
-        ok, msg = _probe_published(py)
-        if ok:
-            return py, msg
-        if not create:
-            return None, f"venv at {venv} is broken: {msg}"
-    elif not create:
-        return None, f"no venv at {venv} (the full mode or --setup-published creates it)"
-    torch_pin = "torch==" + torch.__version__.split("+")[0]
-    steps = [[sys.executable, "-m", "venv", venv],
-             [py, "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "60", torch_pin],
-             [py, "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "60", torch_pin,
-              "numpy", "scipy", "packaging"],
-             [py, "-m", "pip", "install", "-q", "--retries", "1", "--timeout", "60", "--no-deps",
-              PUBLISHED_PACKAGE]]
-    print(f"setting up the published release in {venv} ...", flush=True)
-    for cmd in steps:
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd="/")
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return None, f"venv setup failed at {' '.join(cmd[-2:])}: {type(e).__name__}"
-        if r.returncode != 0:
-            tail = (r.stderr.strip().splitlines() or ["?"])[-1]
-            return None, f"venv setup failed at `{' '.join(cmd[2:])}`: {tail}"
-    ok, msg = _probe_published(py)
-    return (py, msg) if ok else (None, msg)
 
 
 # --------------------------------------------------------------------------- workers
@@ -266,14 +201,14 @@ def run_worker(python: str, job: dict, memory: bool, on_row, timeout: float = 18
 
 # --------------------------------------------------------------------------- local timing
 
-def time_local(inp: dict, ref: dict, reps: int, methods):
+def time_local(inp: dict, ref: dict, reps: int, methods, warmup: int = 1):
     """Check, then time, every method of this process on one case; yield a record per method."""
     for name in LOCAL_METHODS:
         row = {"method": name}
         try:
             prep = methods[name](inp)
             row["check"] = H.check(prep, inp, ref)
-            row["timing"] = H.time_method(prep, inp["G"], reps, warmup=1)
+            row["timing"] = H.time_method(prep, inp["G"], reps, warmup=warmup)
             row["bwd_skip"] = prep.bwd_skip
             del prep
         except Exception as e:  # noqa: BLE001 - recorded in the results, never fatal
@@ -307,7 +242,7 @@ def case_label(spec: M.MatrixSpec, p: int, dtype: str, index_dtype: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small grid, about a minute")
+    _modes.add_mode_args(ap, "small grid, about a minute")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5, help="timed runs per phase (>= 5)")
@@ -320,8 +255,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.report_only:
         return write_report(args.report_only)
-    reps = max(5, args.reps)
-    mode = "quick" if args.quick else "full"
+    mode = _modes.mode_of(args)
+    reps = _modes.SMOKE_REPS if mode == "smoke" else max(5, args.reps)
+    warmup = _modes.SMOKE_WARMUP if mode == "smoke" else 1
     t_start = time.time()
     H.env_threads(args.threads)
     os.makedirs(args.out, exist_ok=True)
@@ -329,8 +265,8 @@ def main(argv=None) -> int:
     machine = machine_info(args.threads)
     print(f"sparse_mm benchmarks ({mode}): {machine['cpu']}, {machine['cores']} cores, "
           f"{args.threads} threads, torch {machine['torch']}", flush=True)
-    machine["background_cpus_busy_start"] = background_load()
-    bw = measure_bandwidth()
+    machine["background_cpus_busy_start"] = background_load(_modes.load_sample_s(mode))
+    bw = measure_bandwidth(1 << 16, 1) if mode == "smoke" else measure_bandwidth()
     print(f"bandwidth: copy {bw['copy_GBps']:.1f} GB/s, triad {bw['triad_GBps']:.1f} GB/s; "
           f"other load before the run: {machine['background_cpus_busy_start']:.2f} CPUs busy", flush=True)
 
@@ -340,8 +276,8 @@ def main(argv=None) -> int:
         pub_py, pub_msg = ensure_published(args.venv, create=(mode == "full" or args.setup_published))
     print(f"published release: {pub_msg if pub_py else 'unavailable: ' + pub_msg}", flush=True)
 
-    groups = quick_grid(args.graph) if args.quick else full_grid(args.graph)
-    limits = QUICK_LIMITS if args.quick else FULL_LIMITS
+    groups = GRIDS[mode](args.graph)
+    limits = {"full": FULL_LIMITS, "quick": QUICK_LIMITS, "smoke": SMOKE_LIMITS}[mode]
     H.set_limits(**limits)
     methods = H.methods_here(published=False)
     import torchsparsegradutils as ours
@@ -376,8 +312,8 @@ def main(argv=None) -> int:
                 for name in names:
                     rec(gi, p, name).setdefault(key, why)
 
-    # The quick mode starts each worker once for all its matrices; the full mode once per matrix.
-    batches = [list(range(len(groups)))] if args.quick else [[i] for i in range(len(groups))]
+    # The quick and smoke modes start each worker once for all their matrices; the full mode once per matrix.
+    batches = [list(range(len(groups)))] if mode != "full" else [[i] for i in range(len(groups))]
     for batch in batches:
         for gi in batch:
             g = groups[gi]
@@ -387,7 +323,7 @@ def main(argv=None) -> int:
                 inp = M.make_inputs(indices, shape, p, dtype, itype, g.spec.kind)
                 ref = H.reference(inp)
                 label = case_label(g.spec, p, g.dtype, g.index_dtype)
-                for row in time_local(inp, ref, reps, methods):
+                for row in time_local(inp, ref, reps, methods, warmup):
                     r = rec(gi, p, row["method"])
                     r.update(row, shape=list(shape), nnz=int(indices.shape[1]))
                     print(progress_line(t_start, label, row), flush=True)
@@ -397,7 +333,8 @@ def main(argv=None) -> int:
                     rec(gi, p, name).update(shape=list(shape), nnz=int(indices.shape[1]))
         job = {"groups": [{"id": gi, "spec": groups[gi].spec.to_dict(), "ps": list(groups[gi].ps),
                            "dtype": groups[gi].dtype, "index_dtype": groups[gi].index_dtype} for gi in batch],
-               "reps": reps, "warmup": 1, "threads": args.threads, "limits": limits}
+               "reps": reps, "warmup": warmup, "threads": args.threads, "limits": limits,
+               "smoke": mode == "smoke"}
         if pub_py:
             out = run_worker(pub_py, dict(job, mode="time", methods=PUBLISHED_METHODS, published=True),
                              False, on_worker_row("time"))
@@ -420,7 +357,7 @@ def main(argv=None) -> int:
     results = list(recs.values())
 
     elapsed = time.time() - t_start
-    machine["background_cpus_busy_end"] = background_load()
+    machine["background_cpus_busy_end"] = background_load(_modes.load_sample_s(mode))
     doc = {"mode": mode, "machine": machine, "bandwidth": bw, "published": {"available": bool(pub_py),
            "detail": pub_msg, "package": PUBLISHED_PACKAGE}, "ours": {"version": ours.__version__},
            "threads": args.threads, "reps": reps, "elapsed_s": elapsed,

@@ -13,9 +13,10 @@ the necessary bytes (C + grad_B + grad_A's values).  Bandwidth: ours forward
 against the bytes model nnz*(index+value) + nnz*p*4 + n*p*4, and the device's
 measured copy bandwidth (a 1 GiB device-to-device copy, bytes read + written).
 
-  python benchmarks/sparse_mm_cuda.py [--quick] [--out benchmarks/results]
+  python benchmarks/sparse_mm_cuda.py [--quick | --smoke] [--out benchmarks/results]
 
-writes sparse_mm_cuda[_quick].json, .md and .png there.
+writes sparse_mm_cuda[_quick|_smoke].json, .md and .png there.  --smoke checks that the
+script works: two tiny matrices, one timed run of one call, no warm-up.
 """
 import argparse
 import json
@@ -28,6 +29,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torchsparsegradutils import _C, _backends, sparse_mm  # noqa: E402
 from torchsparsegradutils._core import native  # noqa: E402
+
+from benchmarks import _modes  # noqa: E402
 from torchsparsegradutils._core.intake import as_csr  # noqa: E402
 
 DEV = "cuda"
@@ -72,9 +75,14 @@ def _coalesced(rows, cols, n):
 
 
 # ------------------------------------------------------------------ timing
-def timed(fn, reps: int, warmup: int = 3, inner: int = 5) -> dict:
+WARMUP, INNER, COPY_ELEMENTS = 3, 5, 2 ** 28     # the smoke mode lowers them
+
+
+def timed(fn, reps: int, warmup: int = None, inner: int = None) -> dict:
     """Seconds per call of fn: `inner` calls back to back between two events (the
     host queues ahead, as in a training loop), median and min over reps."""
+    warmup = WARMUP if warmup is None else warmup
+    inner = INNER if inner is None else inner
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -117,9 +125,9 @@ def attempt(fn, reps, clear=lambda: None):
 
 
 def copy_bandwidth() -> float:
-    x = torch.empty(2 ** 28, device=DEV)
+    x = torch.empty(COPY_ELEMENTS, device=DEV)
     y = torch.empty_like(x)
-    t = timed(lambda: y.copy_(x), 20)["median_s"]
+    t = timed(lambda: y.copy_(x), 20 if COPY_ELEMENTS == 2 ** 28 else 1)["median_s"]
     return 2 * x.numel() * 4 / t / 1e9
 
 
@@ -251,7 +259,7 @@ def plot(doc, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small matrices, two widths")
+    _modes.add_mode_args(ap, "small matrices, two widths")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = ap.parse_args()
@@ -260,8 +268,14 @@ def main():
         return
     if not _C.cuda:
         sys.exit("this build has no CUDA kernels (nvcc was not found when it was built)")
+    global WARMUP, INNER, COPY_ELEMENTS
+    mode = _modes.mode_of(args)
     gen = torch.Generator(device=DEV).manual_seed(0)
-    if args.quick:
+    if mode == "smoke":
+        WARMUP, INNER, COPY_ELEMENTS = _modes.SMOKE_WARMUP, 1, 2 ** 20
+        args.reps = _modes.SMOKE_REPS
+        cases = [("fem 4x4x4", fem(4, 4, 4), (4,)), ("powerlaw 1e3", powerlaw(10 ** 3, 4, gen), (4,))]
+    elif args.quick:
         cases = [("fem 20x20x20", fem(20, 20, 20), (16, 64)), ("powerlaw 1e5", powerlaw(10 ** 5, 16, gen), (16, 64))]
     else:
         cases = [("fem 49x50x50 (cfd2-sized)", fem(49, 50, 50), (16, 64, 128, 256)),
@@ -281,7 +295,7 @@ def main():
                   f"fwd+bwd {ratio(r, 'fwd+bwd ours csr', 'fwd+bwd torch csr') or 0:.2f}x", flush=True)
         del idx
         torch.cuda.empty_cache()
-    stem = os.path.join(args.out, "sparse_mm_cuda" + ("_quick" if args.quick else ""))
+    stem = os.path.join(args.out, "sparse_mm_cuda" + ("" if mode == "full" else "_" + mode))
     os.makedirs(args.out, exist_ok=True)
     with open(stem + ".json", "w") as f:
         json.dump(doc, f, indent=1)

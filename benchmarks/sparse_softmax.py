@@ -2,6 +2,7 @@
 
 Run from the repository root::
 
+    python -m benchmarks.sparse_softmax --smoke     # seconds: CI's check that it works
     python -m benchmarks.sparse_softmax --quick     # about a minute
     python -m benchmarks.sparse_softmax             # a few minutes on 2 cores
 
@@ -24,7 +25,7 @@ backward), ``torch.sparse.softmax`` on that tensor, and PyG's ``softmax`` writte
 checked against the scatter formulation in float64 first.  (dim=1, not -1:
 PyTorch 2.13's sparse softmax backward is wrong for a negative dim.)  Peak memory
 per method in a fresh process; "necessary" is the output and the values gradient.
-Results: benchmarks/results/sparse_softmax_{quick,full}.{json,md,png}.
+Results: benchmarks/results/sparse_softmax_{smoke,quick,full}.{json,md,png}.
 """
 import os
 import sys
@@ -45,6 +46,9 @@ GRIDS = {
     + [_case(g, 100_000, 1, per_row=10, heads=8) for g in ("uniform", "powerlaw")],
     "quick": [_case(g, 100_000, 1) for g in ("uniform", "powerlaw")]
     + [_case("uniform", 100_000, 1, per_row=10, heads=8)],
+    # rows and columns (the full grid's dim=0), one value per entry and 8 heads
+    "smoke": [_case("uniform", 256, 1, per_row=4), _case("powerlaw", 256, 0, per_row=4),
+              _case("uniform", 256, 1, per_row=4, heads=8)],
 }
 
 if __name__ == "__main__":

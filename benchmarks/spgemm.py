@@ -2,6 +2,7 @@
 
 Run from the repository root::
 
+    python -m benchmarks.spgemm --smoke     # seconds: CI's check that it works
     python -m benchmarks.spgemm --quick     # about a minute
     python -m benchmarks.spgemm             # a few minutes on 2 cores
 
@@ -17,7 +18,7 @@ SciPy's ``A @ B`` (one thread, forward only).  Every method's output (and gradie
 checked against the product of every pair of entries in float64 first.  Peak memory
 per method in a fresh process; "necessary" is C as CSR (values, int64 pointers and
 columns) and both values gradients.  The ratios are over ours on CSR tensors ("ours"
-is ours on COO tensors, whose product also holds each entry's row).  Results: benchmarks/results/spgemm_{quick,full}.{json,md,png}.
+is ours on COO tensors, whose product also holds each entry's row).  Results: benchmarks/results/spgemm_{smoke,quick,full}.{json,md,png}.
 """
 import os
 import sys
@@ -49,10 +50,15 @@ def _bow(n, features, out, per_row=50, density=0.1, torch_coo_backward_skip=None
             "params": params}
 
 
+_SMOKE_SKIP = "smoke mode: skipped as in the full grid (the skip path)"
+
 GRIDS = {
     "full": [_square("uniform", 100_000), _square("powerlaw", 100_000, torch_coo_backward_skip=_TOO_BIG),
              _bow(10_000, 100_000, 64, torch_coo_backward_skip=_DENSE_GRAD)],
     "quick": [_square("uniform", 10_000), _square("powerlaw", 5_000), _bow(1_000, 10_000, 64)],
+    # the full grid's kinds of case at a tiny size, one with its PyTorch COO backward skipped
+    "smoke": [_square("uniform", 256, 4), _square("powerlaw", 256, 4, torch_coo_backward_skip=_SMOKE_SKIP),
+              _bow(64, 512, 16, per_row=8)],
 }
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark of what a training loop pays every step: the COO adjacency step and the per-call cost.
 
-    python -m benchmarks.training_loop --quick                 # well under a minute; CI smoke run
+    python -m benchmarks.training_loop --smoke                 # seconds: CI's check that it works
+    python -m benchmarks.training_loop --quick                 # well under a minute
     python -m benchmarks.training_loop                         # n = 200k, 8/row, p = 32; a few minutes
     python -m benchmarks.training_loop --baseline /path/to/other/checkout   # before / after, side by side
 
@@ -31,8 +32,10 @@ is recorded as skipped.
 
 With ``--baseline DIR`` every measurement runs in worker processes, alternating
 between this checkout and DIR (e.g. a clone of main) round by round, and the
-tables give both side by side with each one's medians over the rounds.
-Results: benchmarks/results/training_loop_{quick,full}.{json,md}.
+tables give both side by side with each one's medians over the rounds.  The
+smoke mode (tiny cases, one timed step or loop, no warm-up) measures this
+checkout in one such worker process, so that CI starts that machinery once.
+Results: benchmarks/results/training_loop_{smoke,quick,full}.{json,md}.
 Timings are never asserted on.
 """
 import argparse
@@ -62,6 +65,9 @@ CASES = {
              "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 4000, "reps": 7}},
     "quick": {"step": {"n": 10_000, "per_row": 8, "p": 32, "reps": 5, "dense_limit": 0.25e9},
               "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 400, "reps": 5}},
+    # warmup: rounds before the timed ones (default 1); the dense limit skips torch's rows as the others do
+    "smoke": {"step": {"n": 300, "per_row": 4, "p": 4, "reps": 1, "warmup": 0, "dense_limit": 1e5},
+              "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 4, "reps": 1, "warmup": 0}},
 }
 STEP_METHODS = ["ours COO", "ours CSR", "torch COO", "torch CSR"]
 CALL_METHODS = ["ours COO", "ours CSR", "ours SparseCSR", "torch COO", "torch CSR"]
@@ -75,6 +81,17 @@ def _load_matrices():
     sys.modules["_matrices"] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def _load_modes():
+    """benchmarks/_modes.py by path (this file runs as a script in the workers, and is loaded by path)."""
+    spec = importlib.util.spec_from_file_location("_bench_modes", os.path.join(HERE, "_modes.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_modes = _load_modes()
 
 
 def _stats(ts):
@@ -144,7 +161,8 @@ def measure_step(tsgu, mats, cfg):
             fns[method] = (make, leaves, values, X, mm)
         _check_step(fns)
         times = {k: [] for k in fns}
-        for r in range(cfg["reps"] + 1):                      # the first round warms up
+        warm = cfg.get("warmup", 1)
+        for r in range(warm + cfg["reps"]):                   # the first round warms up
             for method, (make, leaves, values, X, mm) in fns.items():
                 t0 = time.perf_counter()
                 C = mm(make(), X)
@@ -153,7 +171,7 @@ def measure_step(tsgu, mats, cfg):
                 with torch.no_grad():                       # the optimizer: new values, in place
                     values.mul_(0.999)
                     X.mul_(0.999)
-                if r:
+                if r >= warm:
                     times[method].append(t)
                 del C
         res[scenario] = {k: (_stats(times[k]) if k in times else v) for k, v in setups.items()}
@@ -209,14 +227,15 @@ def measure_calls(tsgu, cfg):
     for n, per_row, p in cfg["sizes"]:
         for mode, grad in (("forward, no grad", False), ("forward+backward", True)):
             fns = _call_setups(tsgu, n, per_row, p, grad)
-            calls = cfg["calls"] // (4 if grad else 1)
+            calls = max(1, cfg["calls"] // (4 if grad else 1))
             times = {k: [] for k in fns}
-            for r in range(cfg["reps"] + 1):
+            warm = cfg.get("warmup", 1)
+            for r in range(warm + cfg["reps"]):
                 for method, fn in fns.items():
                     t0 = time.perf_counter()
                     for _ in range(calls):
                         fn()
-                    if r:
+                    if r >= warm:
                         times[method].append((time.perf_counter() - t0) / calls)
             res[f"{n}x{n} p={p}, {mode}"] = {k: _stats(v) for k, v in times.items()}
     return res
@@ -262,6 +281,10 @@ def measure(mode, threads, rounds, baseline, parts=("step", "calls"), here=None,
     `script`) measures one part in this process."""
     here = here or run_here
     impls = {"after": ROOT} if not baseline else {"before": os.path.abspath(baseline), "after": ROOT}
+    # the smoke mode measures this checkout in a worker process (the machinery of --baseline),
+    # every part in one, so that it is started once
+    pooled = [run_worker(ROOT, mode, ",".join(parts), threads, script) for _ in range(rounds)] \
+        if mode == "smoke" and not baseline else None
     out = {}
     for part in parts:
         per_impl = {k: [] for k in impls}
@@ -270,6 +293,8 @@ def measure(mode, threads, rounds, baseline, parts=("step", "calls"), here=None,
                 print(f"  {part}: round {r + 1}/{rounds}, {name} ({root})", flush=True)
                 if baseline:
                     per_impl[name].append(run_worker(root, mode, part, threads, script))
+                elif pooled:
+                    per_impl[name].append(pooled[r][part])
                 else:
                     per_impl[name].append(here(mode, part, threads))
         for name in impls:
@@ -359,7 +384,7 @@ def cli(argv, name, description, quick_help, cases, measure, write_report, extra
     """The command line of a benchmark built on these rounds (this one, per_call):
     measure, then write <name>_<mode>.json and .md; extra(args) adds to the JSON."""
     ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--quick", action="store_true", help=quick_help)
+    _modes.add_mode_args(ap, quick_help)
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=None, help="alternating rounds (default 1, 3 with --baseline)")
@@ -370,7 +395,7 @@ def cli(argv, name, description, quick_help, cases, measure, write_report, extra
         with open(args.report_only) as f:
             print(write_report(json.load(f), args.report_only[:-len(".json")] + ".md"))
         return 0
-    mode = "quick" if args.quick else "full"
+    mode = _modes.mode_of(args)
     rounds = args.rounds or (3 if args.baseline else 1)
     torch.set_num_threads(args.threads)
     t0 = time.time()
@@ -398,10 +423,14 @@ def cli(argv, name, description, quick_help, cases, measure, write_report, extra
 
 def entry(run_here, main) -> int:
     """A benchmark script's entry (this one's, per_call's): a worker of measure's rounds
-    (`--worker mode part threads`, printing run_here's JSON), or the command line."""
+    (`--worker mode part threads`, printing run_here's JSON; with parts "a,b", {part: its JSON}),
+    or the command line."""
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         _, _, w_mode, w_part, w_threads = sys.argv       # PYTHONPATH names the checkout under test
-        print(json.dumps(run_here(w_mode, w_part, int(w_threads))))
+        if "," in w_part:
+            print(json.dumps({p: run_here(w_mode, p, int(w_threads)) for p in w_part.split(",")}))
+        else:
+            print(json.dumps(run_here(w_mode, w_part, int(w_threads))))
         return 0
     return main()
 
