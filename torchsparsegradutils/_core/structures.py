@@ -18,7 +18,7 @@ policies for telling that a structure is unchanged:
   seen; the CUDA kernels still clamp every pointer and skip every column out of
   range, so it can give a wrong result but never a read out of bounds.
 A third cache with the CUDA cache's keys, DERIVED (`derived`), keeps what a route
-derives from a checked structure on any device (the Triton solve's levels).
+derives from a checked structure on any device (the Triton solve's plan).
 """
 import threading
 from collections import OrderedDict
@@ -176,7 +176,7 @@ def _sort_structure(indices: torch.Tensor, sizes, keep_source: bool) -> CooStruc
 # CUDA: every checked structure
 CUDA_STRUCTURES = _Cache(16)
 
-# What a route derives from a checked structure and keeps (the Triton solve's levels),
+# What a route derives from a checked structure and keeps (the Triton solve's plan),
 # on any device: keyed as the CUDA cache keys, by the view's index arrays
 DERIVED = _Cache(16)
 
