@@ -47,9 +47,11 @@ def _backend(has_cuda_kernel: bool, *tensors: torch.Tensor, has_triton: bool = F
         if force_triton and has_triton:
             return _triton_backend(required=True)
         return cpu
-    if has_cuda_kernel and native.cuda_usable(*tensors):
+    if not all(t.is_cuda for t in tensors):
+        return torch_ops
+    if has_cuda_kernel and native.cuda_kernels():
         return cuda
-    if has_triton and triton_enabled and all(t.is_cuda for t in tensors) and _triton_backend():
+    if has_triton and triton_enabled and _triton_backend():
         return _triton
     return torch_ops
 
@@ -78,14 +80,12 @@ def on_cpu(*tensors: torch.Tensor) -> bool:
 
 # ---------------------------------------------------------------- products (sparse_mm)
 # With mean (reduce="mean") the matrix is D^-1 A, D the rows' entry counts; our CUDA
-# C kernels do not take it (triton does).
+# C kernels do not take it (triton does), so the cuda route is open only without it.
 def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
     if A.rows is not None:
         return _on_kept_rows(A, spmm(A._replace(rows=None), item_rows(B), mean))
-    if mean:
-        return _backend(False, A.values, B, has_triton=True).spmm(A, B, mean=True)
-    return _backend(True, A.values, B, has_triton=True).spmm(A, B)
+    return _backend(not mean, A.values, B, has_triton=True).spmm(A, B, mean)
 
 
 def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
@@ -93,9 +93,7 @@ def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
     if A.rows is not None:
         out = spmm_t(A._replace(rows=None), item_rows(G).index_select(0, A.rows), mean)
         return out.reshape(*A.shape[:-2], A.shape[-1], G.shape[-1])
-    if mean:
-        return _backend(False, A.values, G, has_triton=True).spmm_t(A, G, mean=True)
-    return _backend(True, A.values, G, has_triton=True).spmm_t(A, G)
+    return _backend(not mean, A.values, G, has_triton=True).spmm_t(A, G, mean)
 
 
 def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
@@ -103,9 +101,7 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
     shaped like A.col: the gradient of A @ B w.r.t. A's values (A.values unused)."""
     if A.rows is not None:
         return sddmm(A._replace(rows=None), item_rows(G).index_select(0, A.rows), item_rows(B), mean)
-    if mean:
-        return _backend(False, G, B, has_triton=True).sddmm(A, G, B, mean=True)
-    return _backend(True, G, B, has_triton=True).sddmm(A, G, B)
+    return _backend(not mean, G, B, has_triton=True).sddmm(A, G, B, mean)
 
 
 # --------------------------------------------------------- sparse @ sparse (sparse_mm)
@@ -225,20 +221,30 @@ def _on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor):
-    """spmm of CSR arrays of an A of shape `shape`, taken as they are (any strides; the
-    kernels check their structure), where no graph is recorded: on the cpu route
-    straight to the kernel, without building a view."""
-    if _backend(True, values, B) is cpu:
+def spmm_reduce(A: CSRView, B: torch.Tensor, reduce: str) -> torch.Tensor:
+    """A @ B with reduce "sum", "mean", "amax" or "amin" (sparse_mm's), where no graph is
+    recorded: amax and amin keep no arg."""
+    if reduce in ("sum", "mean"):
+        return spmm(A, B, reduce == "mean")
+    return spmm_arg(A, B, reduce == "amin", need_arg=False)[0]
+
+
+def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor,
+                reduce: str = "sum"):
+    """spmm_reduce of CSR arrays of an A of shape `shape`, taken as they are (any strides;
+    the kernels check their structure), where no graph is recorded: a sum on the cpu
+    route straight to the kernel, without building a view."""
+    if reduce == "sum" and _backend(True, values, B) is cpu:
         return cpu.spmm_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
                                shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
-    return spmm(view_of(ptr, col, values, None, shape), B)
+    return spmm_reduce(view_of(ptr, col, values, None, shape), B, reduce)
 
 
-def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape) -> torch.Tensor:
-    """spmm of a torch sparse A of shape `shape` where no graph is recorded: on the cpu
-    route on A's own arrays (a COO one's row pointers built in the kernel's call)."""
-    if _backend(True, A, B) is cpu:            # the route, chosen once for the call
+def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape, reduce: str = "sum") -> torch.Tensor:
+    """spmm_reduce of a torch sparse A of shape `shape` where no graph is recorded: a sum
+    on the cpu route on A's own arrays (a COO one's row pointers built in the kernel's
+    call)."""
+    if reduce == "sum" and _backend(True, A, B) is cpu:      # the route, chosen once for the call
         if A.layout is torch.sparse_csr:
             return cpu.spmm_arrays(kernel_array(A.crow_indices()), kernel_array(A.col_indices()),
                                    kernel_array(A.values()), shape[0] if len(shape) == 3 else 1, shape[-2],
@@ -246,7 +252,7 @@ def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape) -> torch.Tensor:
         C = cpu.spmm_coo(A._indices(), A._values(), shape, B)
         if C is not None:
             return C
-    return spmm(as_csr(A, compress_rows=True), B)
+    return spmm_reduce(as_csr(A, compress_rows=True), B, reduce)
 
 
 def csr_transpose(A: CSRView) -> torch.Tensor:

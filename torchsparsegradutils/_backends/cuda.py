@@ -4,7 +4,8 @@ products of sparse_mm on CUDA views.
 Each structure is checked once on the device and remembered with what the kernels
 derive from it (_core/structures.py, cuda_structure).  The route to these kernels is
 chosen in _backends/__init__.py; the ops without CUDA kernels of their own go
-through torch_ops/ on CUDA tensors.
+through torch_ops/ on CUDA tensors.  The products take `mean` as every route's do,
+always False here: the route sends reduce="mean" elsewhere.
 """
 import torch
 
@@ -13,7 +14,7 @@ from .._core.structures import cuda_structure, stream
 from .._core.view import CSRView, dense_operand, plain
 
 
-def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
+def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """A @ B for every batch item."""
     s = cuda_structure(A)
     B = dense_operand(B)
@@ -24,7 +25,7 @@ def spmm(A: CSRView, B: torch.Tensor) -> torch.Tensor:
     return C
 
 
-def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
+def spmm_t(A: CSRView, G: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """A^T @ G for every batch item, through A's transpose pattern: no atomics."""
     tptr, trow, tperm, t = cuda_structure(A).transpose()
     G = dense_operand(G)
@@ -35,7 +36,7 @@ def spmm_t(A: CSRView, G: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """dot(G[k][i,:], B[k][j,:]) at every stored entry, shaped like A.col."""
     s = cuda_structure(A)
     G, B = dense_operand(G), dense_operand(B)

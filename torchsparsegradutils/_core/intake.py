@@ -11,7 +11,8 @@ import torch
 
 from . import native
 from .native import _C
-from .structures import _check_coo_ranges, _global_rows, coo_structure, cuda_structure
+from .structures import (_check_coo_ranges, _global_rows, check_coo_order, coo_structure, coo_view_by_torch_ops,
+                         cuda_structure, unit_stride_rows)
 from .view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, check_arrays, plain
 
 
@@ -23,6 +24,23 @@ def as_csr(A: torch.Tensor, compress_rows: bool = False) -> CSRView:
     if A.layout == torch.sparse_csr:
         return _from_csr(A)
     return _from_coo(A, compress_rows)
+
+
+def as_csr_values(A: torch.Tensor):
+    """(as_csr(A), A's values in the view's order, differentiable w.r.t. A)."""
+    values = values_of(A, None) if A.requires_grad else None
+    view = as_csr(A)
+    return view, view.values if values is None else values
+
+
+def values_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """A's values in the order of its view (`values`, the view's), differentiable w.r.t.
+    A when A carries a graph (a COO A's through coalesce, as its view coalesces)."""
+    if not A.requires_grad:
+        return values
+    if A.layout == torch.sparse_coo:
+        return A.coalesce().values()
+    return A.values()
 
 
 def checked_view(A: torch.Tensor) -> CSRView:
@@ -50,59 +68,29 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     through a cached sort of its index array (see _coalesced_structure)."""
     if A.dense_dim() != 0:
         raise ValueError("A must not have dense dimensions (hybrid COO tensors are not supported)")
-    shape = A.shape
-    sizes = tuple(shape)
+    sizes = tuple(A.shape)
     batch = sizes[0] if len(sizes) == 3 else 1
-    n, m = sizes[-2], sizes[-1]
-    indices = _unit_stride_rows(plain(A._indices()))
-    val = plain(A._values())
-    coalesced = A.is_coalesced()
-    hypersparse = compress_rows and batch * n > HYPERSPARSE_ROWS_PER_ENTRY * (indices.shape[1] + 1)
-    if not hypersparse and (A.is_cpu or native.cuda_usable(indices)):
-        s = coo_structure(indices, sizes, coalesced)
-        return CSRView(s.ptr, s.indices[-1], s.values_of(val).contiguous(), batch, n, m, shape, s.indices)
-    if not coalesced:
-        # Check ranges before coalescing: coalesce would fold an out-of-range
-        # index onto a valid position and hide the error.
-        _check_coo_ranges(indices, sizes)
-        A = A.coalesce()
-        indices = _unit_stride_rows(plain(A._indices()))
-        val = plain(A._values())
-    else:
-        _check_coo(indices, sizes, True)
-    val = val.contiguous()
-    if hypersparse:
-        return _hypersparse(indices, val, sizes, shape)
-    ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=A.device)
-    ptr[1:] = torch.bincount(_global_rows(indices, n), minlength=batch * n).cumsum(0)
-    return CSRView(ptr, indices[-1], val, batch, n, m, shape, indices)
-
-
-def _hypersparse(indices: torch.Tensor, val: torch.Tensor, sizes, shape) -> CSRView:
-    """The view of a coalesced COO A, its indices checked, through its non-empty rows
-    only (CSRView.rows)."""
-    n, m = sizes[-2], sizes[-1]
-    rows = _global_rows(indices, n)
-    kept, counts = torch.unique_consecutive(rows, return_counts=True)
-    ptr = torch.zeros(kept.numel() + 1, dtype=torch.int64, device=val.device)
-    torch.cumsum(counts, 0, out=ptr[1:])
-    col = indices[-1] + indices[0] * m if len(sizes) == 3 else indices[-1]
-    batch = sizes[0] if len(sizes) == 3 else 1
-    return CSRView(ptr, col.contiguous(), val, 1, kept.numel(), batch * m, shape, indices, kept)
+    indices, val = unit_stride_rows(plain(A._indices())), plain(A._values())
+    hypersparse = compress_rows and batch * sizes[-2] > HYPERSPARSE_ROWS_PER_ENTRY * (indices.shape[1] + 1)
+    if hypersparse or not (A.is_cpu or (A.is_cuda and native.cuda_kernels())):
+        return coo_view_by_torch_ops(A, indices, val, hypersparse)
+    s = coo_structure(indices, sizes, A.is_coalesced())
+    return CSRView(s.ptr, s.indices[-1], s.values_of(val).contiguous(), batch, sizes[-2], sizes[-1], A.shape,
+                   s.indices)
 
 
 def on_rows(G: torch.Tensor, A: CSRView) -> CSRView:
     """The view of a sparse G, (n, p) or (b, n, p) with A's rows, through the non-empty
-    rows of a hypersparse view A (A.rows), as _hypersparse views A: G's entries in those
+    rows of a hypersparse view A (A.rows), as a hypersparse view is made (structures.coo_view_by_torch_ops): G's entries in those
     rows (the others dropped: a product on A's rows reads no other row of G), columns
     global (k*p + c).  G's indices are checked first; memory O(nnz(G) + len(A.rows))."""
     if G.layout != torch.sparse_coo:
         G = G.to_sparse_coo()
     sizes = tuple(G.shape)
-    _check_coo_ranges(_unit_stride_rows(plain(G._indices())), sizes)   # before coalesce can fold one
+    _check_coo_ranges(unit_stride_rows(plain(G._indices())), sizes)   # before coalesce can fold one
     if not G.is_coalesced():
         G = G.coalesce()
-    indices, val = _unit_stride_rows(plain(G._indices())), plain(G._values())
+    indices, val = unit_stride_rows(plain(G._indices())), plain(G._values())
     rows, kept = _global_rows(indices, sizes[-2]), A.rows
     at = torch.searchsorted(kept, rows)
     hit = kept[at.clamp(max=kept.numel() - 1)] == rows if kept.numel() else torch.zeros_like(rows, dtype=torch.bool)
@@ -117,33 +105,12 @@ def on_rows(G: torch.Tensor, A: CSRView) -> CSRView:
                    G.shape)
 
 
-def _unit_stride_rows(indices: torch.Tensor) -> torch.Tensor:
-    """indices itself when each of its rows is unit-stride (a coalesced tensor's
-    indices are often a view into a longer buffer), else a contiguous copy."""
-    if indices.shape[1] <= 1 or indices.stride(1) == 1:
-        return indices
-    return indices.contiguous()
-
-
 def check_coo(A: torch.Tensor) -> None:
     """A COO A's indices checked as as_csr(A) checks them, without building its view (for
     an op that reads A through its transpose, which drops the coalesced flag): every
     index in range and, where A is flagged coalesced, the entries strictly increasing
     in (row, col), as coo_row_ptr.c requires (ValueError)."""
-    _check_coo(_unit_stride_rows(plain(A._indices())), tuple(A.shape), A.is_coalesced())
-
-
-def _check_coo(indices: torch.Tensor, sizes, coalesced: bool) -> None:
-    """check_coo of a COO's indices (unit-stride rows) and coalesced flag: by torch ops
-    where the view is not built by coo_row_ptr.c."""
-    _check_coo_ranges(indices, sizes)
-    if coalesced and indices.shape[1] > 1:
-        rows, cols = _global_rows(indices, sizes[-2]), indices[-1]
-        step = rows[1:] - rows[:-1]
-        if bool((step < 0).any()):
-            raise ValueError(native.STATUS["EIDX_ORDER"])
-        if bool(((step == 0) & (cols[1:] <= cols[:-1])).any()):
-            raise ValueError(native.STATUS["ECOL_ORDER"])
+    check_coo_order(unit_stride_rows(plain(A._indices())), tuple(A.shape), A.is_coalesced())
 
 
 def check_structure(view: CSRView) -> None:
@@ -158,7 +125,7 @@ def check_structure(view: CSRView) -> None:
     ptr, col = plain(view.ptr).contiguous(), plain(view.col).contiguous()
     if ptr.is_cpu:
         _C.csr_check(ptr, col, view.batch, view.nrows, view.ncols, torch.get_num_threads())
-    elif native.cuda_usable(ptr):
+    elif ptr.is_cuda and native.cuda_kernels():
         cuda_structure(view._replace(ptr=ptr, col=col))
     else:
         _torch_check_structure(ptr, col, view)

@@ -6,8 +6,8 @@ else through this C-level DLPack export (Tensor.__dlpack__ costs ten times more
 per call, in Python).  Neither checks what view.plain() makes true: no negation bit.
 Import _C from here, so that it is configured before its first call.
 
-`cuda_usable` says whether our CUDA kernels take given tensors: built into _C,
-enabled, and all the tensors on CUDA.  `STATUS` holds the messages of the
+`cuda_kernels()` says whether our CUDA kernels can run: built into _C and
+enabled (a caller checks its tensors' device itself).  `STATUS` holds the messages of the
 kernels' errors, {status name: message}, for the Python paths that raise the
 same errors (the messages are written once, in csrc/module.c).
 """
@@ -26,11 +26,6 @@ STATUS = _C.status_messages()
 cuda_enabled = True
 
 
-def cuda_usable(*tensors: Tensor) -> bool:
-    """Do our CUDA kernels take these tensors (all on CUDA, kernels built and enabled)?"""
-    if not (_C.cuda and cuda_enabled):
-        return False
-    for t in tensors:
-        if not t.is_cuda:
-            return False
-    return True
+def cuda_kernels() -> bool:
+    """Are our CUDA kernels built into _C and enabled?"""
+    return _C.cuda and cuda_enabled

@@ -29,7 +29,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import native
 from .native import _C
-from .view import CSRView, entry_rows
+from .view import CSRView, entry_rows, plain
 
 
 def _global_rows(indices: torch.Tensor, n: int) -> torch.Tensor:
@@ -47,6 +47,55 @@ def _check_coo_ranges(indices: torch.Tensor, sizes) -> None:
             return
         indices = indices.cpu()
     _C.coo_row_ptr(indices, sizes, None, torch.get_num_threads())
+
+
+def unit_stride_rows(indices: torch.Tensor) -> torch.Tensor:
+    """indices itself when each of its rows is unit-stride (a coalesced tensor's
+    indices are often a view into a longer buffer), else a contiguous copy."""
+    if indices.shape[1] <= 1 or indices.stride(1) == 1:
+        return indices
+    return indices.contiguous()
+
+
+def check_coo_order(indices: torch.Tensor, sizes, coalesced: bool) -> None:
+    """Every index of COO indices (unit-stride rows) in range and, where flagged
+    coalesced, the entries strictly increasing in (row, col) (ValueError): by torch ops,
+    where coo_row_ptr.c does not check them as it builds a view."""
+    _check_coo_ranges(indices, sizes)
+    if coalesced and indices.shape[1] > 1:
+        rows, cols = _global_rows(indices, sizes[-2]), indices[-1]
+        step = rows[1:] - rows[:-1]
+        if bool((step < 0).any()):
+            raise ValueError(native.STATUS["EIDX_ORDER"])
+        if bool(((step == 0) & (cols[1:] <= cols[:-1])).any()):
+            raise ValueError(native.STATUS["ECOL_ORDER"])
+
+
+def coo_view_by_torch_ops(A: torch.Tensor, indices: torch.Tensor, val: torch.Tensor, hypersparse: bool) -> CSRView:
+    """The view of a COO A (its indices `indices` with unit-stride rows, its values `val`)
+    by torch ops, where coo_structure's kernels do not build it: checked, coalesced, and
+    with `hypersparse` through its non-empty rows only (CSRView.rows)."""
+    sizes = tuple(A.shape)
+    batch, n, m = sizes[0] if len(sizes) == 3 else 1, sizes[-2], sizes[-1]
+    if not A.is_coalesced():
+        # Check ranges before coalescing: coalesce would fold an out-of-range
+        # index onto a valid position and hide the error.
+        _check_coo_ranges(indices, sizes)
+        A = A.coalesce()
+        indices, val = unit_stride_rows(plain(A._indices())), plain(A._values())
+    else:
+        check_coo_order(indices, sizes, True)
+    val = val.contiguous()
+    rows = _global_rows(indices, n)
+    if not hypersparse:
+        ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=val.device)
+        ptr[1:] = torch.bincount(rows, minlength=batch * n).cumsum(0)
+        return CSRView(ptr, indices[-1], val, batch, n, m, A.shape, indices)
+    kept, counts = torch.unique_consecutive(rows, return_counts=True)
+    ptr = torch.zeros(kept.numel() + 1, dtype=torch.int64, device=val.device)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    col = indices[-1] + indices[0] * m if len(sizes) == 3 else indices[-1]
+    return CSRView(ptr, col.contiguous(), val, 1, kept.numel(), batch * m, A.shape, indices, kept)
 
 
 # ----------------------------------------------------------------- the two caches
@@ -111,7 +160,7 @@ def coo_structure(indices: torch.Tensor, sizes, coalesced: bool = False) -> CooS
     them unchecked.  Their values in its order: values_of(values), differentiable."""
     if indices.is_cpu:
         return _cpu_coo_structure(indices, sizes, coalesced)
-    if native.cuda_usable(indices):
+    if indices.is_cuda and native.cuda_kernels():
         return cuda_coo_structure(indices, sizes, coalesced)
     _check_coo_ranges(indices, sizes)
     return _sort_structure(indices, sizes, keep_source=False)
@@ -165,7 +214,7 @@ def _sort_structure(indices: torch.Tensor, sizes, keep_source: bool) -> CooStruc
     if indices.is_cpu:
         ptr = torch.empty(batch * n + 1, dtype=torch.int64)
         _C.coo_row_ptr(coalesced, sizes, ptr, torch.get_num_threads())
-    elif native.cuda_usable(indices):
+    elif indices.is_cuda and native.cuda_kernels():
         ptr = _cuda_row_ptr(coalesced, sizes)
     else:
         ptr = torch.zeros(batch * n + 1, dtype=torch.int64, device=indices.device)

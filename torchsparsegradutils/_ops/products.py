@@ -16,7 +16,12 @@ import torch
 from torch import Tensor
 
 from .. import _backends
+from .._core.intake import as_csr, values_of
+from .._core.saved import load_operand, save_operand
+from .._core.undefined_grad import none_for_undefined
+from .._core.validate import check_mm, eager_only, records_graph
 from .._core.view import CSRView, check_arrays, op_args, view_of
+from .arg import sddmm_arg, spmm_t_arg
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
@@ -105,3 +110,57 @@ def sddmm(view: CSRView, U: Tensor, V: Tensor, mean: bool = False) -> Tensor:
     """(dot(U[i,:], V[j,:]) at view's stored (i, j), divided by row i's entry count
     with mean), differentiable in U and V."""
     return _sddmm(*op_args(view), U, V, mean)
+
+
+# ---------------------------------------------------------------- sparse_mm of a torch sparse A and a dense B
+@eager_only
+def sparse_dense_mm(A: torch.Tensor, B: torch.Tensor, reduce: str) -> torch.Tensor:
+    """sparse_mm of a torch sparse A (COO or CSR) and a dense B: through SparseMatMul where
+    a graph is recorded, else straight to the route."""
+    shape = check_mm(A, B)
+    if records_graph(A, B):
+        return SparseMatMul.apply(A, B, reduce)
+    return _backends.spmm_tensor(A, B, shape, reduce)    # what the Function's forward does, without a graph
+
+
+class SparseMatMul(torch.autograd.Function):
+    """The autograd Function behind :func:`sparse_mm` (validate with sparse_mm first):
+    A @ B with reduce "sum" (the default), "mean", "amax" or "amin"."""
+
+    @staticmethod
+    def forward(ctx, A, B, reduce="sum"):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
+        view = as_csr(A, compress_rows=True)         # reads A (no graph is recorded in forward)
+        arg = None
+        if reduce == "sum":
+            C = _backends.spmm(view, B)
+        elif reduce == "mean":
+            C = _backends.spmm(view, B, mean=True)
+        else:
+            C, arg = _backends.spmm_arg(view, B, reduce == "amin")
+        ctx.mean = reduce == "mean"
+        # grad_B = A^T G reads A's values; grad_A reads only the pattern (and arg)
+        save_operand(ctx, A, view, ctx.needs_input_grad[1], B if ctx.needs_input_grad[0] else None, arg)
+        return C
+
+    @staticmethod
+    @none_for_undefined
+    def backward(ctx, G):
+        view, A, (B, arg) = load_operand(ctx)
+        need_A, need_B = ctx.needs_input_grad[:2]
+        grad_A = grad_B = None
+        if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
+            values = values_of(A, view.values) if need_B else None
+            if arg is not None:
+                grad_A = view.grad_like(sddmm_arg(view, arg, G, B)) if need_A else None
+                grad_B = spmm_t_arg(view, values, arg, G) if need_B else None
+            else:
+                grad_A = view.grad_like(sddmm(view, G, B, ctx.mean)) if need_A else None
+                grad_B = spmm_t(view, values, G, ctx.mean) if need_B else None
+        elif arg is not None:
+            grad_A = view.grad_like(_backends.sddmm_arg(view, arg, G, B)) if need_A else None
+            grad_B = _backends.spmm_t_arg(view, arg, G) if need_B else None
+        else:
+            grad_A = view.grad_like(_backends.sddmm(view, G, B, ctx.mean)) if need_A else None
+            grad_B = _backends.spmm_t(view, G, ctx.mean) if need_B else None
+        return grad_A, grad_B, None

@@ -15,7 +15,13 @@ import torch
 from torch import Tensor
 
 from .. import _backends
-from .._core.view import CSRView, check_arrays, view_of
+from .._core.intake import as_csr, as_csr_values, on_rows
+from .._core.saved import load_operands, save_operands
+from .._core.sparse_csr import SparseCSR
+from .._core.torch_sparse import coo_tensor, csr_tensor
+from .._core.undefined_grad import none_for_undefined
+from .._core.validate import check_sparse_operands, eager_only, error, records_graph, refuse_create_graph
+from .._core.view import CSRView, check_arrays, coo_from_values, csr_from_values, view_of
 
 
 @torch.library.custom_op("tsgu::spgemm", mutates_args=())
@@ -74,3 +80,88 @@ def spgemm(A: CSRView, a: Tensor, B: CSRView, b: Tensor) -> Tuple[Tensor, Tensor
     """(ptr, col, c): the product of A's pattern with values a and B's with values b
     (see _backends.spgemm), c differentiable in a and b."""
     return _spgemm(A.ptr, A.col, list(A.shape), a, B.ptr, B.col, list(B.shape), b)
+
+
+# ---------------------------------------------------------------- sparse_mm with a sparse B
+def sparse_sparse_mm(A, B):
+    """sparse_mm with a sparse B: two torch sparse tensors through SparseSparseMatMul
+    (eager); a SparseCSR on either side through the custom op (what compile traces),
+    the other operand taken as its components."""
+    a_shape, b_shape = check_sparse_operands(A, B, "sparse_mm")
+    shape = torch.Size([*a_shape[:-1], b_shape[-1]])
+    if isinstance(A, SparseCSR) or isinstance(B, SparseCSR):
+        (a, a_values), (b, b_values) = _components(A), _components(B)
+        ptr, col, values = spgemm(a, a_values, b, b_values)
+        return _product(SparseCSR, ptr, col, values, shape)
+    return _sparse_sparse_torch(A, B, shape)
+
+
+def _components(X):
+    """(CSRView, values) of a sparse operand, the values differentiable w.r.t. it."""
+    if isinstance(X, SparseCSR):
+        return X.view(), X.values
+    return _tensor_components(X)
+
+
+@eager_only
+def _tensor_components(X: torch.Tensor):
+    return as_csr_values(X)
+
+
+@eager_only
+def _sparse_sparse_torch(A: torch.Tensor, B: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    if records_graph(A, B):
+        return SparseSparseMatMul.apply(A, B)
+    coo = A.layout == torch.sparse_coo
+    return _product(A.layout, *_backends.spgemm(as_csr(A, compress_rows=True), as_csr(B), coo), shape)
+
+
+def _product(layout, ptr: torch.Tensor, index: torch.Tensor, values: torch.Tensor, shape: torch.Size):
+    """The product C from its pattern (global row pointers, and the columns, or for a COO
+    layout the COO index array: see _backends.spgemm) and values, in `layout`
+    (torch.sparse_coo, torch.sparse_csr, or SparseCSR); differentiable in values where
+    they carry a graph."""
+    if layout is SparseCSR:
+        return SparseCSR(ptr, index, values, tuple(shape))
+    learns = values.requires_grad
+    if layout == torch.sparse_coo:
+        return (coo_from_values if learns else coo_tensor)(index, values, shape, is_coalesced=True)
+    if len(shape) == 3:                            # PyTorch's batched CSR: one entry count per item
+        b, n = shape[0], shape[1]
+        starts = ptr[0:b * n + 1:n] if n else ptr.new_zeros(b + 1)
+        counts = starts.diff()
+        if b and not bool((counts == counts[0]).all()):
+            raise error(ValueError, "the batch items of A @ B hold different numbers of entries, which PyTorch's "
+                        "batched CSR cannot hold: take A as COO with three sparse dimensions, or a SparseCSR",
+                        f"entries per item: {counts.tolist()}")
+        per = int(counts[0]) if b else 0
+        ptr = torch.cat([ptr[:-1].reshape(b, n), ptr[n:b * n + 1:n].reshape(b, 1)], 1) - starts[:-1, None] \
+            if n else ptr.new_zeros(b, 1)
+        index, values = index.reshape(b, per), values.reshape(b, per)
+    return (csr_from_values if learns else csr_tensor)(ptr, index, values, shape)
+
+
+class SparseSparseMatMul(torch.autograd.Function):
+    """The autograd Function behind :func:`sparse_mm` with two torch sparse tensors
+    (validate with sparse_mm first): C = A @ B, sparse, in A's layout."""
+
+    @staticmethod
+    def forward(ctx, A, B):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
+        a, b = as_csr(A, compress_rows=True), as_csr(B)     # a hypersparse COO A: its kept rows
+        ptr, index, values = _backends.spgemm(a, b, A.layout == torch.sparse_coo)
+        # the gradients read both operands' values (one walk over the products gives both)
+        save_operands(ctx, [(A, a, True), (B, b, True)])
+        return _product(A.layout, ptr, index, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
+
+    @staticmethod
+    @none_for_undefined
+    def backward(ctx, G):
+        refuse_create_graph("sparse_mm with a sparse B", sparse_csr_twice=False)
+        ((a, _), (b, _)), _ = load_operands(ctx)
+        need_A, need_B = ctx.needs_input_grad
+        g = G                                                    # a sparse G: any pattern, checked
+        if G.layout != torch.strided:
+            g = as_csr(G) if a.rows is None else on_rows(G, a)
+        ga, gb = _backends.spgemm_grad(a, b, g, need_A, need_B)
+        return (a.grad_like(ga) if need_A else None), (b.grad_like(gb) if need_B else None)
