@@ -4,8 +4,7 @@ import torch
 from . import _backends
 from ._core.sparse_csr import SparseCSR
 from ._core.validate import check_mm, check_reduce, records_graph
-from ._ops.arg import spmm_arg
-from ._ops.products import SparseMatMul, sparse_dense_mm, spmm  # noqa: F401  (SparseMatMul: the published name)
+from ._ops.products import SparseMatMul, spmm_reduce, tensor_mm  # noqa: F401  (SparseMatMul: the published name)
 from ._ops.spgemm import sparse_sparse_mm
 
 
@@ -24,6 +23,7 @@ def sparse_mm(A, B, reduce: str = "sum"):
         ``torch.compile`` traces).  On CPU, 16-bit products are summed in float32
         and rounded once (to nearest, ties to even), in forward and backward alike;
         ``grad_B``'s float32 sums take a buffer of its size in float32 meanwhile.
+        A dense ``A`` is taken as ``torch.sparse.mm`` takes it (see "Dense A" below).
     B : dense (strided) tensor, shape ``(m, p)`` or ``(b, m, p)``, A's dtype and device;
         or sparse like ``A`` (COO, CSR or ``SparseCSR``; see "Sparse B" below).
     reduce : ``"sum"`` (the product), ``"mean"``, ``"amax"`` or ``"amin"`` (or ``"max"`` and
@@ -73,6 +73,14 @@ def sparse_mm(A, B, reduce: str = "sum"):
     ``"sum"``; there is no second derivative (a backward with ``create_graph=True``
     raises ``RuntimeError``).
 
+    Dense A
+    -------
+    As ``torch.sparse.mm`` does, a dense (strided) ``A`` gives the dense ``A @ B``: with a
+    dense ``B`` ``torch.matmul(A, B)``; with a sparse ``B`` (COO, CSR or ``SparseCSR``, 2D
+    or batched) ``(B^T A^T)^T`` on B's pattern, so that ``grad_B`` is sparse, ``A^T G``
+    at B's stored entries in B's layout (``grad_A = G B^T``, dense).  ``reduce`` must be
+    ``"sum"``.  A CSC ``A`` is refused, as the published release refuses it.
+
     Under ``torch.compile`` a ``SparseCSR`` operand is traced (the kernels are
     custom operators); a torch sparse tensor breaks the graph there and runs eagerly.
 
@@ -84,11 +92,12 @@ def sparse_mm(A, B, reduce: str = "sum"):
     Raises
     ------
     ValueError
-        A or B not a tensor; ranks < 2 or not both 2D / both 3D; A not COO/CSR
-        or B not strided; batch or inner dimensions that differ; different
+        A or B not a tensor; ranks < 2 or not both 2D / both 3D; A not COO, CSR or
+        dense (strided), or B of another layout than those; batch or inner dimensions that differ; different
         devices; malformed sparse structure (indices out of range, row pointers
         decreasing or not ending at nnz, unsorted or repeated columns in a CSR row);
-        ``reduce`` not one of the four above, or other than ``"sum"`` with a sparse B;
+        ``reduce`` not one of the four above, or other than ``"sum"`` with a sparse B
+        or a dense A;
         a batched CSR product whose items hold different numbers of entries.
     TypeError
         Values of a dtype other than float16/bfloat16/float32/float64, or A and B of
@@ -96,16 +105,14 @@ def sparse_mm(A, B, reduce: str = "sum"):
     """
     if reduce != "sum":
         reduce = check_reduce(reduce, B)
-    elif not isinstance(B, torch.Tensor) or B.layout is not torch.strided:
-        if isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided):
+    if isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided):
+        if not (isinstance(A, torch.Tensor) and A.layout is torch.strided):      # dense @ sparse: below
             return sparse_sparse_mm(A, B)
     if not isinstance(A, SparseCSR):
-        return sparse_dense_mm(A, B, reduce)
+        return tensor_mm(A, B, reduce)
     shape = check_mm(A, B)
     values = A.values
     if torch.compiler.is_compiling() or records_graph(values, B):
-        if reduce in ("sum", "mean"):
-            return spmm(A.view(), values, B, mean=reduce == "mean")
-        return spmm_arg(A.view(), values, B, reduce == "amin")[0]
+        return spmm_reduce(A.view(), values, B, reduce)
     # what the custom operator runs, without its dispatch (nothing to trace or record)
     return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce)

@@ -526,7 +526,10 @@ def test_reduce_keeps_the_error_contract():
         with pytest.raises(TypeError, match="same dtype"):
             sparse_mm(A, torch.randn(3, 2, dtype=torch.float64), reduce)
         with pytest.raises(ValueError, match="COO or CSR"):
-            sparse_mm(A.to_dense(), torch.randn(3, 2), reduce)
+            sparse_mm(A.to_sparse_csc(), torch.randn(3, 2), reduce)
+        if reduce != "sum":                        # a dense A is torch.sparse.mm's, without reduce
+            with pytest.raises(ValueError, match="needs a sparse A"):
+                sparse_mm(A.to_dense(), torch.randn(3, 2), reduce)
 
 
 def test_malformed_arg_is_a_value_error():

@@ -87,6 +87,15 @@ def make_mm(spec: Spec) -> Case:
     return _sparse_case(spec, D, {"B": B}, lambda A, B: tsgu.sparse_mm(A, B), lambda Dv, B: Dv @ B)
 
 
+def make_mm_dense_a(spec: Spec) -> Case:
+    """sparse_mm(X, A), torch.sparse.mm's dense first operand: X (p, n) dense times the
+    sparse A (n, m), both batched or not."""
+    gen = seeded("sparse_mm_dense_a", spec)
+    D = _spec_dense(spec, gen)
+    X = dense_operand(_lead(spec) + (spec.p, spec.n), spec.dtype, gen, spec.bmode)
+    return _sparse_case(spec, D, {"X": X}, lambda A, X: tsgu.sparse_mm(X, A), lambda Dv, X: X @ Dv)
+
+
 def make_mm_sparse(spec: Spec) -> Case:
     """sparse_mm(A, B) with B sparse in A's layout too: A (n, m), B (m, p) with about half
     its cells stored, both batches on one pattern each (see shared_pattern_dense)."""

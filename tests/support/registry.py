@@ -101,6 +101,11 @@ OPS = [
        malformed_call="sparse_mm(A, torch.ones(*A.shape[:-2], A.shape[-1], 2), 'amax')",
        large=Spec(batched=True, n=2000, m=1500, p=140, nnz=20000, dtype=torch.float32, itype=torch.int32,
                   variant=1)),
+    # sparse_mm(X, A): a dense X times the sparse A (torch.sparse.mm's dense first operand)
+    Op("sparse_mm_dense_a", cases.make_mm_dense_a, function="sparse_mm", must_raise=("values", "X"),
+       dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL}, own_kernels=False,
+       malformed_call="sparse_mm(torch.ones(*A.shape[:-2], 2, A.shape[-2]), A)",
+       large=Spec(batched=True, n=700, m=600, p=24, nnz=12000, dtype=torch.float32, itype=torch.int32)),
     # sparse_mm(A, B) with a sparse B (in A's layout); malformed A, then malformed B
     Op("sparse_mm_sparse", cases.make_mm_sparse, function="sparse_mm", must_raise=("values", "B_values"),
        dtypes=tuple(FLOAT_TOL) + HALF_DTYPES, tol={**FLOAT_TOL, **HALF_TOL},
@@ -300,6 +305,7 @@ HYPERSPARSE = {
     "sparse_mm": ("sparse_mm(A, rnd(*lead, m, 0))",),                       # p = 0: the dense output is empty
     "sparse_mm_reduce": ("sparse_mm(A, rnd(*lead, m, 0), 'mean')", "sparse_mm(A, rnd(*lead, m, 0), 'amax')"),
     "sparse_mm_sparse": ("sparse_mm(A, leaf(rnd(*lead, m, 2).relu().to_sparse()))",),
+    "sparse_mm_dense_a": ("sparse_mm(rnd(*lead, 0, n), A)",),                # p = 0: X and the output are empty
     "sparse_triangular_solve": SQUARE,
     "sparse_generic_solve": SQUARE,
     "sparse_generic_lstsq": "its right-hand side and the solver's residuals are dense vectors of n rows: "

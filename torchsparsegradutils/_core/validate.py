@@ -165,6 +165,44 @@ def check_mm(A, B, name: str = "sparse_mm"):
     return a_shape
 
 
+def check_dense_a(A: torch.Tensor, B, name: str = "sparse_mm"):
+    """torch.sparse.mm's dense A: A strided (n, l) or (b, n, l); B strided, or sparse
+    COO/CSR (or a SparseCSR), of A's rank and batch size with l rows; one device and one
+    dtype (one of MM_DTYPES).  Returns the product's shape."""
+    if isinstance(B, SparseCSR):
+        b_shape, values, layout = B.size, B.values, torch.sparse_csr
+    elif isinstance(B, torch.Tensor):
+        b_shape, values, layout = B.shape, B, B.layout
+    else:
+        raise ValueError("Both A and B should be instances of torch.Tensor")
+    if layout not in (torch.strided, torch.sparse_coo, torch.sparse_csr):
+        raise error(ValueError, "with a dense A, B must be dense or a sparse COO or CSR tensor",
+                    layout_hint("B", layout))
+    if layout is not torch.strided and values is B:
+        check_no_functorch(name)
+        if B.dense_dim() != 0:
+            raise ValueError(f"B must not have dense dimensions (hybrid sparse tensors are not supported), "
+                             f"got {B.dense_dim()}")
+    a_shape = A.shape
+    if len(a_shape) < 2 or len(b_shape) < 2:
+        raise ValueError("Both A and B should be at least 2-dimensional tensors")
+    if len(a_shape) != len(b_shape) or len(a_shape) > 3:
+        raise error(ValueError, "A and B must both be 2D or both be 3D tensors",
+                    f"got {len(a_shape)}D and {len(b_shape)}D")
+    if len(a_shape) == 3 and a_shape[0] != b_shape[0]:
+        raise error(ValueError, "If batched, A and B must have the same batch size",
+                    f"got {a_shape[0]} and {b_shape[0]}")
+    if a_shape[-1] != b_shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
+    if A.device != values.device:
+        raise ValueError(f"A and B must be on the same device, got {A.device} and {values.device}")
+    if A.dtype not in MM_DTYPES:
+        raise TypeError(f"{name} supports {dtype_names(MM_DTYPES)} values, got A of dtype {A.dtype}")
+    if values.dtype != A.dtype:
+        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {values.dtype}")
+    return torch.Size([*a_shape[:-1], b_shape[-1]])
+
+
 def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
     """Sparse @ sparse: A and B each a sparse COO/CSR tensor (n, m) or (b, n, m) without
     dense dims, or a SparseCSR; both 2D or both 3D with one batch size, A's columns B's

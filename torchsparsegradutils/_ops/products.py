@@ -17,11 +17,12 @@ from torch import Tensor
 
 from .. import _backends
 from .._core.intake import as_csr, values_of
+from .._core.sparse_csr import SparseCSR
 from .._core.saved import load_operand, save_operand
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import check_mm, eager_only, records_graph
+from .._core.validate import check_dense_a, check_mm, eager_only, records_graph
 from .._core.view import CSRView, check_arrays, op_args, view_of
-from .arg import sddmm_arg, spmm_t_arg
+from .arg import sddmm_arg, spmm_arg, spmm_t_arg
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
@@ -112,15 +113,70 @@ def sddmm(view: CSRView, U: Tensor, V: Tensor, mean: bool = False) -> Tensor:
     return _sddmm(*op_args(view), U, V, mean)
 
 
-# ---------------------------------------------------------------- sparse_mm of a torch sparse A and a dense B
+def spmm_reduce(view: CSRView, a: Tensor, X: Tensor, reduce: str) -> Tensor:
+    """S(a) X with sparse_mm's reduce ("sum", "mean", "amax" or "amin") on view's pattern,
+    differentiable in a and X (through tsgu::spmm, or tsgu::spmm_arg for the extrema)."""
+    if reduce in ("sum", "mean"):
+        return spmm(view, a, X, reduce == "mean")
+    return spmm_arg(view, a, X, reduce == "amin")[0]
+
+
+# ---------------------------------------------------------------- sparse_mm of a torch tensor A
 @eager_only
-def sparse_dense_mm(A: torch.Tensor, B: torch.Tensor, reduce: str) -> torch.Tensor:
-    """sparse_mm of a torch sparse A (COO or CSR) and a dense B: through SparseMatMul where
-    a graph is recorded, else straight to the route."""
+def tensor_mm(A: torch.Tensor, B, reduce: str) -> torch.Tensor:
+    """sparse_mm of a torch tensor A: sparse (COO or CSR) with a dense B, through
+    SparseMatMul where a graph is recorded, else straight to the route; or dense, as
+    torch.sparse.mm takes it (_dense_a_mm)."""
+    if isinstance(A, torch.Tensor) and A.layout is torch.strided:
+        return _dense_a_mm(A, B, reduce)
     shape = check_mm(A, B)
     if records_graph(A, B):
         return SparseMatMul.apply(A, B, reduce)
     return _backends.spmm_tensor(A, B, shape, reduce)    # what the Function's forward does, without a graph
+
+
+def _dense_a_mm(X: torch.Tensor, B, reduce: str) -> torch.Tensor:
+    """A dense X times B: with a dense B their product (torch.matmul); with a sparse B
+    (COO, CSR or SparseCSR) C = (B^T X^T)^T on B's pattern, so that B's gradient is
+    sparse, at B's stored entries (X^T G there), as torch.sparse.mm's is."""
+    if reduce != "sum":
+        raise ValueError(f"reduce={reduce!r} needs a sparse A: with a dense A, sparse_mm takes reduce='sum' "
+                         "only (as torch.sparse.mm does)")
+    check_dense_a(X, B)
+    if isinstance(B, SparseCSR):
+        return spmm_t(B.view(), B.values, X.mT).mT
+    if B.layout is torch.strided:
+        return torch.matmul(X, B)
+    return DenseSparseMatMul.apply(X, B)
+
+
+class DenseSparseMatMul(torch.autograd.Function):
+    """The autograd Function behind sparse_mm(X, B) with a dense X and a torch sparse B
+    (validate first): C = X @ B = (B^T X^T)^T on B's pattern; grad_X = (B G^T)^T and
+    grad_B = X^T G at B's stored entries."""
+
+    @staticmethod
+    def forward(ctx, X, B):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
+        view = as_csr(B, compress_rows=True)         # reads B (no graph is recorded in forward)
+        C = _backends.spmm_t(view, X.mT).mT
+        # grad_X reads B's values; grad_B reads only the pattern and X
+        save_operand(ctx, B, view, ctx.needs_input_grad[0], X if ctx.needs_input_grad[1] else None)
+        return C
+
+    @staticmethod
+    @none_for_undefined
+    def backward(ctx, G):
+        view, B, (X,) = load_operand(ctx)
+        need_X, need_B = ctx.needs_input_grad
+        Gt = G.mT
+        if torch.is_grad_enabled():  # create_graph=True: record a graph of the same sparse kernels
+            grad_X = spmm(view, values_of(B, view.values), Gt).mT if need_X else None
+            grad_B = view.grad_like(sddmm(view, X.mT, Gt)) if need_B else None
+        else:
+            grad_X = _backends.spmm(view, Gt).mT if need_X else None
+            grad_B = view.grad_like(_backends.sddmm(view, X.mT, Gt)) if need_B else None
+        return grad_X, grad_B
 
 
 class SparseMatMul(torch.autograd.Function):

@@ -20,7 +20,7 @@ from .._core.saved import load_operands, save_operands
 from .._core.sparse_csr import SparseCSR
 from .._core.torch_sparse import coo_tensor, csr_tensor
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import check_sparse_operands, eager_only, error, records_graph, refuse_create_graph
+from .._core.validate import check_sparse_operands, eager_only, error, refuse_create_graph
 from .._core.view import CSRView, check_arrays, coo_from_values, csr_from_values, view_of
 
 
@@ -91,9 +91,8 @@ def sparse_sparse_mm(A, B):
     shape = torch.Size([*a_shape[:-1], b_shape[-1]])
     if isinstance(A, SparseCSR) or isinstance(B, SparseCSR):
         (a, a_values), (b, b_values) = _components(A), _components(B)
-        ptr, col, values = spgemm(a, a_values, b, b_values)
-        return _product(SparseCSR, ptr, col, values, shape)
-    return _sparse_sparse_torch(A, B, shape)
+        return SparseCSR(*spgemm(a, a_values, b, b_values), tuple(shape))
+    return _sparse_sparse_torch(A, B)
 
 
 def _components(X):
@@ -109,20 +108,15 @@ def _tensor_components(X: torch.Tensor):
 
 
 @eager_only
-def _sparse_sparse_torch(A: torch.Tensor, B: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    if records_graph(A, B):
-        return SparseSparseMatMul.apply(A, B)
-    coo = A.layout == torch.sparse_coo
-    return _product(A.layout, *_backends.spgemm(as_csr(A, compress_rows=True), as_csr(B), coo), shape)
+def _sparse_sparse_torch(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    return SparseSparseMatMul.apply(A, B)
 
 
 def _product(layout, ptr: torch.Tensor, index: torch.Tensor, values: torch.Tensor, shape: torch.Size):
     """The product C from its pattern (global row pointers, and the columns, or for a COO
-    layout the COO index array: see _backends.spgemm) and values, in `layout`
-    (torch.sparse_coo, torch.sparse_csr, or SparseCSR); differentiable in values where
-    they carry a graph."""
-    if layout is SparseCSR:
-        return SparseCSR(ptr, index, values, tuple(shape))
+    layout the COO index array: see _backends.spgemm) and values, as a torch sparse
+    tensor of `layout` (torch.sparse_coo or torch.sparse_csr); differentiable in values
+    where they carry a graph."""
     learns = values.requires_grad
     if layout == torch.sparse_coo:
         return (coo_from_values if learns else coo_tensor)(index, values, shape, is_coalesced=True)
@@ -150,8 +144,8 @@ class SparseSparseMatMul(torch.autograd.Function):
         ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         a, b = as_csr(A, compress_rows=True), as_csr(B)     # a hypersparse COO A: its kept rows
         ptr, index, values = _backends.spgemm(a, b, A.layout == torch.sparse_coo)
-        # the gradients read both operands' values (one walk over the products gives both)
-        save_operands(ctx, [(A, a, True), (B, b, True)])
+        if any(ctx.needs_input_grad):   # the gradients read both operands' values (one walk gives both)
+            save_operands(ctx, [(A, a, True), (B, b, True)])
         return _product(A.layout, ptr, index, values, torch.Size([*A.shape[:-1], B.shape[-1]]))
 
     @staticmethod
