@@ -1,6 +1,9 @@
 """The graph layers' max aggregation (PyG's ``MaxAggregation``) as custom ops:
 ``tsgu::max_aggregation`` (forward: ``sparse_mm(A, x, "amax")``, with its checks),
-``tsgu::max_aggregation_backward`` and ``tsgu::max_aggregation_backward2``.
+``tsgu::max_aggregation_backward`` and ``tsgu::max_aggregation_backward2``; and
+``tsgu::edge_structure``, the adjacency of an ``edge_index`` (repeated edges merged and
+counted), an op so that a compiled layer builds it inside its graph (its number of
+entries is a size the fake implementation leaves unknown, as ``nonzero``'s).
 
 The gradient is PyG's, which differs from ``tsgu::spmm_arg``'s (arg.py) at ties: PyG
 aggregates by ``torch.scatter_reduce(..., "amax", include_self=False)`` over the edges,
@@ -20,6 +23,7 @@ from torch import Tensor
 
 from .. import _backends
 from .._core.sparse_csr import SparseCSR
+from .._core.structures import coo_structure
 from .._core.validate import check_mm
 from .._core.view import entry_rows, view_of
 
@@ -43,6 +47,25 @@ def _max_aggregation(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, mess
 @_max_aggregation.register_fake
 def _(ptr, col, shape, a, messages, x):
     return x.new_empty((shape[0], x.shape[1]))
+
+
+@torch.library.custom_op("tsgu::edge_structure", mutates_args=())
+def edge_structure(edge_index: Tensor, n_src: int, n_dst: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(ptr, rows, cols, counts)``: the ``(n_dst, n_src)`` CSR pattern of the messages
+    ``edge_index[0] -> edge_index[1]`` (row = target), entries sorted, an edge given k times
+    one entry with ``counts`` k (int64); ``rows`` each entry's row.  ValueError for an id
+    out of range (``coo_structure``'s check: in C on the CPU)."""
+    s = coo_structure(edge_index.flip(0).long().contiguous(), (n_dst, n_src))
+    rows, cols = s.indices
+    counts = s.values_of(torch.ones(edge_index.shape[1], dtype=torch.int64, device=edge_index.device))
+    return s.ptr, rows.clone(), cols.clone(), counts.clone()     # outputs may not alias the input
+
+
+@edge_structure.register_fake
+def _(edge_index, n_src, n_dst):
+    nnz = torch.library.get_ctx().new_dynamic_size()
+    new = lambda k: edge_index.new_empty(k, dtype=torch.int64)  # noqa: E731
+    return new(n_dst + 1), new(nnz), new(nnz), new(nnz)
 
 
 def _tie_blocks(ptr: Tensor, col: Tensor, a: Tensor, messages: Optional[Tensor], x: Tensor, out: Tensor):
