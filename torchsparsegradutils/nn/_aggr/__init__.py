@@ -7,7 +7,7 @@ called as PyG calls them, and ``MultiAggregation``'s combine modes).  Private: t
 take these by PyG's names (``aggr="softmax"``) and options (``aggr_kwargs``).
 """
 from .basic import (Aggregation, MaxAggregation, MeanAggregation, MinAggregation, PowerMeanAggregation,
-                    StdAggregation, SumAggregation, VarAggregation, aggregate, by_columns, max_aggregation)
+                    StdAggregation, SumAggregation, VarAggregation, aggregate, by_columns, max_aggregation, product)
 from .graph import REDUCES, Graph
 from .lstm import LSTMAggregation
 from .multi import MultiAggregation, is_aggregation_module, out_channels, resolve, run
@@ -16,4 +16,4 @@ from .softmax import SoftmaxAggregation
 __all__ = ["Aggregation", "Graph", "LSTMAggregation", "MaxAggregation", "MeanAggregation", "MinAggregation",
            "MultiAggregation", "PowerMeanAggregation", "REDUCES", "SoftmaxAggregation", "StdAggregation",
            "SumAggregation", "VarAggregation", "aggregate", "by_columns", "is_aggregation_module", "max_aggregation",
-           "out_channels", "resolve", "run"]
+           "out_channels", "product", "resolve", "run"]

@@ -55,6 +55,13 @@ def aggregate(A, x: Tensor, reduce: str, messages: Optional[Tensor] = None) -> T
     return sparse_mm(A, x, reduce)
 
 
+def product(graph: Graph, kind: str, x: Tensor) -> Tensor:
+    """The aggregation ``kind`` ("sum", "mean", "max", "min") over graph of x (n_src, C):
+    one product with its adjacency, (n_dst, C)."""
+    A, reduce, messages = graph.adjacency(kind)
+    return graph.trim(aggregate(A, x, reduce, messages))
+
+
 def by_columns(fn, x: Tensor) -> Tensor:
     """fn(x) for x (n, C); for a batch (..., n, F) over one graph (PyG's node_dim=-2),
     fn of the items side by side, (n, batch * F), once, then back to (..., n', F)."""
@@ -92,8 +99,7 @@ class _Reduce(Aggregation):
     kind = ""
 
     def columns(self, graph: Graph, x: Tensor) -> Tensor:
-        A, reduce, messages = graph.adjacency(self.kind)
-        return aggregate(A, x, reduce, messages)
+        return product(graph, self.kind, x)
 
 
 class SumAggregation(_Reduce):
@@ -117,11 +123,6 @@ class MinAggregation(_Reduce):
     kind = "min"
 
 
-def _mean(graph: Graph, x: Tensor) -> Tensor:
-    A, reduce, _ = graph.adjacency("mean")
-    return sparse_mm(A, x, reduce)
-
-
 class VarAggregation(Aggregation):
     """PyG's ``VarAggregation``: ``mean(x * x) - mean(x)^2`` over each target's messages,
     both means one product with the adjacency of ``[x, x * x]`` (no edges x features
@@ -133,11 +134,11 @@ class VarAggregation(Aggregation):
 
     def columns(self, graph: Graph, x: Tensor) -> Tensor:
         if self.semi_grad:
-            mean = _mean(graph, x)
+            mean = product(graph, "mean", x)
             with torch.no_grad():
-                mean2 = _mean(graph, x * x)
+                mean2 = product(graph, "mean", x * x)
         else:
-            mean, mean2 = _mean(graph, torch.cat([x, x * x], dim=1)).split(x.shape[1], dim=1)
+            mean, mean2 = product(graph, "mean", torch.cat([x, x * x], dim=1)).split(x.shape[1], dim=1)
         return mean2 - mean * mean
 
 
@@ -182,7 +183,7 @@ class PowerMeanAggregation(Aggregation):
         powered = isinstance(p, Tensor) or p != 1
         if powered:
             x = x.clamp(min=self.min_value, max=self.max_value).pow(p)
-        out = by_columns(lambda h: _mean(graph, h), x)
+        out = by_columns(lambda h: product(graph, "mean", h), x)
         return out.clamp(min=self.min_value, max=self.max_value).pow(1.0 / p) if powered else out
 
     def __repr__(self) -> str:

@@ -17,8 +17,11 @@ kept with the graph, which a layer caches while its ``edge_index`` comes back:
 * ``padded()``: each target's sources in message order, padded: the dense batch of
   PyG's ``to_dense_batch`` as an index into ``x`` (LSTM's input).
 
-Under ``torch.compile`` the pattern comes from the custom op ``tsgu::edge_structure`` and
-nothing is checked by a Python ``bool`` of a tensor (no graph break).
+Under ``torch.compile`` the pattern of an ``edge_index`` comes from the custom op
+``tsgu::edge_structure_padded``, whose sizes are known before it runs: it has ``rows``
+(more than ``n_dst``) rows, the extra ones holding zero-weight padding entries, whose
+outputs ``trim`` drops; nothing is decided by a Python ``bool`` of a tensor (no graph
+break).  Eagerly ``rows`` is ``n_dst``.
 """
 from typing import Optional, Tuple
 
@@ -27,7 +30,7 @@ from torch import Tensor
 
 from ..._core.sparse_csr import SparseCSR
 from ..._core.view import entry_rows
-from ..._ops.aggr import edge_structure
+from ..._ops.aggr import edge_structure, edge_structure_padded, padding_rows
 
 #: sparse_mm's reduce of each aggregation that is one product with the adjacency
 REDUCES = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}
@@ -46,6 +49,8 @@ class Graph:
         self.n_src, self.n_dst, self.dtype, self.device = n_src, n_dst, dtype, device
         self.edge_index, self.pattern_csr, self.weights = edge_index, pattern, weights
         self._memo = {}
+        self.compiled = edge_index is not None and torch.compiler.is_compiling()
+        self.rows = n_dst + (padding_rows(edge_index.shape[1], n_src) if self.compiled else 0)
 
     def _once(self, name, build):
         if name not in self._memo:
@@ -56,7 +61,8 @@ class Graph:
         """``(ptr, rows, cols, counts)`` of the merged pattern, counts in ``dtype``."""
         def build():
             if self.edge_index is not None:
-                ptr, rows, cols, counts = edge_structure(self.edge_index.to(self.device), self.n_src, self.n_dst)
+                build = edge_structure_padded if self.compiled else edge_structure
+                ptr, rows, cols, counts = build(self.edge_index.to(self.device), self.n_src, self.n_dst)
                 return ptr, rows, cols, counts.to(self.dtype)
             P = self.pattern_csr
             ones = torch.ones(P.col_indices.shape, dtype=self.dtype, device=self.device)
@@ -67,8 +73,12 @@ class Graph:
         """``(A, reduce, messages)`` for ``kind`` "sum", "mean", "max" or "min" (module notes)."""
         return self._once(("adjacency", kind), lambda: self._adjacency(kind))
 
+    def trim(self, out: Tensor) -> Tensor:
+        """The targets' rows of a product with this graph's adjacency or pattern."""
+        return out if self.rows == self.n_dst else out[:self.n_dst]
+
     def _adjacency(self, kind: str):
-        shape = (self.n_dst, self.n_src)
+        shape = (self.rows, self.n_src)
         if self.weights is not None:          # a sparse adj_t whose values weight the messages
             return self.weights, REDUCES[kind], None
         ptr, rows, cols, counts = self.structure()
@@ -76,7 +86,7 @@ class Graph:
             ones = torch.ones(cols.shape, dtype=self.dtype, device=self.device)
             return SparseCSR(ptr, cols, ones, shape), REDUCES[kind], counts
         if kind == "mean":
-            deg = counts.new_zeros(self.n_dst).index_add(0, rows, counts)
+            deg = counts.new_zeros(self.rows).index_add(0, rows, counts).clamp(min=1)
             return SparseCSR(ptr, cols, counts / deg[rows], shape), "sum", None
         return SparseCSR(ptr, cols, counts, shape), "sum", None
 
@@ -85,12 +95,10 @@ class Graph:
         torch.compile, where that is not known, always given)."""
         def build():
             ptr, _, cols, counts = self.structure()
-            P = SparseCSR(ptr, cols, counts, (self.n_dst, self.n_src))
-            if self.edge_index is None:
+            P = SparseCSR(ptr, cols, counts, (self.rows, self.n_src))
+            if self.edge_index is None or not self.compiled and not bool((counts > 1).any()):
                 return P, None
-            if not torch.compiler.is_compiling() and not bool((counts > 1).any()):
-                return P, None
-            return P, counts.log()
+            return P, counts.clamp(min=1).log()             # padding entries: 0
         return self._once("pattern", build)
 
     def messages(self) -> Tuple[Tensor, Tensor]:

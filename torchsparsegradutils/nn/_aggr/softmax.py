@@ -53,17 +53,18 @@ class SoftmaxAggregation(Aggregation):
             score = score.detach()
         P, log_counts = graph.pattern()
         if x.dim() == 2:
-            return _attend(P, log_counts, graph.n_dst, x, score)
+            return graph.trim(_attend(P, log_counts, x, score))
         flat = lambda h: h.movedim(-2, 0).reshape(h.shape[-2], -1)      # noqa: E731 (as by_columns)
-        out = _attend(P, log_counts, graph.n_dst, flat(x), flat(score.expand_as(x)))
+        out = graph.trim(_attend(P, log_counts, flat(x), flat(score.expand_as(x))))
         return out.view(graph.n_dst, *x.shape[:-2], x.shape[-1]).movedim(0, -2)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(learn={self.learn})"
 
 
-def _attend(P, log_counts, n_dst: int, x: Tensor, score: Tensor) -> Tensor:
+def _attend(P, log_counts, x: Tensor, score: Tensor) -> Tensor:
     """graph_attention over P with a head per column of x (n_src, H), source scores score."""
+    n_dst = P.size[0]
     H = x.shape[1]
     e = None if log_counts is None else log_counts[:, None].expand(-1, H).contiguous()
     out = graph_attention(P, x.unsqueeze(-1), score.contiguous(), x.new_zeros(n_dst, H), negative_slope=1.0,

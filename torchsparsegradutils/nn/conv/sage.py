@@ -6,9 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ..._core.sparse_csr import SparseCSR
-from ...sparse_matmul import sparse_mm
 from .._aggr import (REDUCES, Graph, MaxAggregation, MeanAggregation, MinAggregation, MultiAggregation,
-                     SumAggregation, aggregate, by_columns, resolve, run)
+                     SumAggregation, by_columns, product, resolve, run)
 from .._aggr import out_channels as out_channels_of
 from .._features import check_features, is_sparse, linear, linear_t, to_dense_features
 from ._edge_index import as_sparse_csr, cached, check_edge_index, is_sparse_adjacency, node_count
@@ -240,7 +239,7 @@ class SAGEConv(torch.nn.Module):
                                  f"(adj_t is (n_target, n_source), PyG's transposed convention)")
             graph = self._sparse_graph(edge_index, n_src, like)
         if self._fused is not None:
-            out, root = self._single(graph.adjacency(self._fused), x_src, x_dst, root)
+            out, root = self._single(graph, x_src, x_dst, root)
         else:
             xs = to_dense_features(x_src) if is_sparse(x_src) else x_src
             out = F.linear(run(self.aggr_module, graph, xs), self.lin_l.weight)
@@ -250,20 +249,20 @@ class SAGEConv(torch.nn.Module):
             out = out + self.lin_l.bias
         return F.normalize(out, p=2.0, dim=-1) if self.normalize else out
 
-    def _single(self, plan, x_src, x_dst, root: bool):
+    def _single(self, graph: Graph, x_src, x_dst, root: bool):
         """(W_l · aggr(x_src), whether the root term is still to add) for one aggregation
         that is a product with the adjacency."""
-        A, reduce, messages = plan
-        Wl = self.lin_l.weight
-        transform_first = reduce in ("sum", "mean") and (is_sparse(x_src) or self.out_channels <= Wl.shape[1])
+        kind, Wl = self._fused, self.lin_l.weight
+        aggr = lambda h: product(graph, kind, h)       # noqa: E731
+        transform_first = kind in ("sum", "mean") and (is_sparse(x_src) or self.out_channels <= Wl.shape[1])
         if not transform_first:
             xs = to_dense_features(x_src) if is_sparse(x_src) else x_src
-            return F.linear(by_columns(lambda h: aggregate(A, h, reduce, messages), xs), Wl), root
+            return F.linear(by_columns(aggr, xs), Wl), root
         if root and x_src is x_dst:          # one product with both weights: x [W_l^T, W_r^T]
             H = linear_t(x_src, torch.cat([Wl.t(), self.lin_r.weight.t()], 1))
             Hl, Hr = H.split([self.out_channels] * 2, -1)   # (its backward concatenates: no zero-filled H)
-            return by_columns(lambda h: sparse_mm(A, h, reduce), Hl) + Hr, False
-        return by_columns(lambda h: sparse_mm(A, h, reduce), linear(x_src, Wl)), root
+            return by_columns(aggr, Hl) + Hr, False
+        return by_columns(aggr, linear(x_src, Wl)), root
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, aggr={self.aggr})"
