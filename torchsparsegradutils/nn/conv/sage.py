@@ -270,9 +270,12 @@ class SAGEConv(torch.nn.Module):
 
 def _check_x(x, name: str) -> None:
     """x: a tensor or SparseCSR, 2-D (nodes, features), or dense (batch, nodes, features)."""
-    if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.dim() == 3:
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.dim() in (2, 3):
         return
     check_features(x, name)
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+        raise ValueError(f"{name} must be 2-D (nodes, features) or 3-D (batch, nodes, features), got shape "
+                         f"{tuple(x.shape)}")
 
 
 def _multi_kwargs(aggr_kwargs: Optional[dict]) -> dict:
