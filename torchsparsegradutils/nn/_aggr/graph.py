@@ -5,8 +5,9 @@ those of an ``edge_index`` (2, E), each listed edge one message (an edge given t
 two), in the order given; or those of a sparse ``adj_t`` (``(n_dst, n_src)``, taken in
 as the SparseCSR ``pattern``), one per stored entry in row order (PyG's ``to_edge_index``
 order), or, where the layer gives ``weights`` (the ``adj_t`` itself: PyG's fused
-``torch.sparse`` route of a single sum, mean, max or min), weighted by its values.  What the aggregations need is built on first use and
-kept with the graph, which a layer caches while its ``edge_index`` comes back:
+``torch.sparse`` route of a single sum, mean, max or min), weighted by its values.
+What the aggregations need is built on first use and kept with the graph, which a layer
+caches while its ``edge_index`` comes back:
 
 * ``adjacency(kind)``: ``(A, reduce, messages)`` with ``sparse_mm(A, x, reduce)`` the
   sum, mean, max or min over each target's messages (repeated edges merged into one entry

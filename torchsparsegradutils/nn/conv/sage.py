@@ -1,6 +1,6 @@
 """``SAGEConv``, GraphSAGE (Hamilton et al.) as PyTorch Geometric has it, and
 ``sage_adjacency``, the aggregation matrix and ``sparse_mm`` reduction of its ``aggr``."""
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -42,69 +42,101 @@ class SAGEConv(torch.nn.Module):
       ``-1`` in the pair) for a width read from the first ``forward`` (``lin_l`` and
       ``lin_r`` are then :class:`torch.nn.LazyLinear` until it).
     * ``out_channels`` (int): the output width.
-    * ``aggr`` (default ``"mean"``): ``"mean"``, ``"max"``, ``"sum"`` (or ``"add"``),
-      ``"min"``, or a list of them, aggregated separately and combined as PyG's
-      ``MultiAggregation`` does (``aggr_kwargs``).  PyG's other aggregations (``"lstm"``,
-      ``"std"``, ``"softmax"``, an ``Aggregation`` module, ...) raise ValueError.
+    * ``aggr`` (default ``"mean"``): PyG's aggregation of the messages ``x_j`` into each
+      target, by name (also PyG's class names, ``"SoftmaxAggregation"``): ``"mean"``,
+      ``"sum"`` (or ``"add"``), ``"max"``, ``"min"``, ``"var"``, ``"std"``,
+      ``"softmax"``, ``"powermean"``, ``"lstm"``; a module (below); or a list of these,
+      aggregated separately and combined as PyG's ``MultiAggregation`` (``aggr_kwargs``).
+      Other names (PyG's ``"median"``, ``"mul"``, ...) raise ValueError: pass PyG's module.
     * ``normalize`` (default False): L2-normalize each output row.
     * ``root_weight`` (default True): add ``W_r x_i`` (``lin_r``, no bias).
     * ``project`` (default False): first replace the source features by
       ``relu(W_3 x_j + b_3)`` (``lin``, ``(source, source)``, with a bias; the root term
       keeps the raw ``x_i``); ValueError with a lazy source width, as in PyG.
     * ``bias`` (default True): ``lin_l``'s bias ``b``.
-    * ``aggr_kwargs`` (dict, for a list ``aggr`` only): PyG's ``MultiAggregation``
-      options: ``mode`` (default ``"cat"``: concatenated, so ``lin_l`` takes
-      ``len(aggr) * source`` features; ``"sum"``, ``"mean"``, ``"max"``, ``"min"``:
-      element-wise over the aggregations; ``"proj"``: a Linear ``aggr_module.lin`` from
-      the concatenation to ``mode_kwargs["out_channels"]``), ``mode_kwargs`` and
-      ``aggrs_kwargs`` (a list of empty dicts: these aggregations take no options).
-      PyG's ``"attn"``, ``"logsumexp"``, ``"std"`` and ``"var"`` modes raise ValueError,
-      as does any other of PyG's ``MessagePassing`` keyword (``flow``, ``node_dim``, ...).
+    * ``aggr_kwargs`` (dict): for a named ``aggr``, its PyG options: ``"var"``,
+      ``"std"``: ``semi_grad``; ``"softmax"``: ``t``, ``learn``, ``semi_grad``,
+      ``channels``; ``"powermean"``: ``p``, ``learn``, ``channels``, ``clamp_min``,
+      ``clamp_max``; ``"lstm"``: ``in_channels``, ``out_channels`` (both by default the
+      source width, as in PyG) and :class:`torch.nn.LSTM`'s options; the others none
+      (TypeError for an option an aggregation lacks).  For a list, ``MultiAggregation``'s:
+      ``aggrs_kwargs`` (a dict of options per aggregation), ``mode`` (default ``"cat"``:
+      concatenated, so ``lin_l`` takes ``len(aggr) * source`` features; ``"proj"``: a
+      Linear ``aggr_module.lin`` from the concatenation to ``mode_kwargs["out_channels"]``;
+      ``"attn"``: each aggregation through its own Linear to ``out_channels``
+      (``aggr_module.lin_heads.lins.<i>``), then ``aggr_module.multihead_attn``, a
+      :class:`torch.nn.MultiheadAttention` (``mode_kwargs`` ``num_heads`` and its
+      options) over the aggregations of each node, averaged; ``"sum"``, ``"mean"``,
+      ``"max"``, ``"min"``, ``"logsumexp"``, ``"std"``, ``"var"``: that reduction over
+      the aggregations, element-wise) and ``mode_kwargs`` (``in_channels``, an int or one
+      per aggregation, and ``out_channels``, for ``"proj"`` and ``"attn"`` only).
+    * ``**kwargs``: PyG's other ``MessagePassing`` options (``flow``, ``decomposed_layers``,
+      ...) raise TypeError; ``node_dim=-2``, PyG's default, is taken.
 
-    The parameters are PyG's: ``lin_l`` (with the bias), ``lin_r`` (absent when
-    ``root_weight=False``), ``lin`` (``project=True``) and ``aggr_module.lin`` (mode
-    ``"proj"``), all :class:`torch.nn.Linear`, so a ``state_dict`` moves between this layer
-    and PyG's as it is.  ``repr`` is PyG's, ``SAGEConv(8, 32, aggr=mean)``.
+    The parameters are PyG's, with PyG's names, so a ``state_dict`` moves between this
+    layer and PyG's as it is: ``lin_l`` (with the bias), ``lin_r`` (absent when
+    ``root_weight=False``), ``lin`` (``project=True``), and under ``aggr_module`` those
+    of the aggregation: ``t`` (``"softmax"``, ``learn=True``), ``p`` (``"powermean"``,
+    ``learn=True``), ``lstm`` (``"lstm"``), a module's own, and for a list ``aggrs.<i>.``
+    each aggregation's plus ``lin`` (``"proj"``) or ``lin_heads`` and ``multihead_attn``
+    (``"attn"``).  ``repr`` is PyG's, ``SAGEConv(8, 32, aggr=mean)``.
 
     ``forward(x, edge_index, size=None)``: ``x`` is ``(n, F)``, dense, a torch sparse
-    tensor or a :class:`SparseCSR` (see :mod:`torchsparsegradutils.nn`), or a pair
-    ``(x_source, x_target)`` for a bipartite graph, ``x_target`` None to leave out the
-    root term; ``size`` is ``(n_source, n_target)`` (by default the rows of ``x_source``
-    and of ``x_target``, or without the latter the largest target id + 1).
+    tensor or a :class:`SparseCSR` (see :mod:`torchsparsegradutils.nn`), or dense
+    ``(batch, n, F)``: a batch over one static graph (PyG's ``node_dim=-2``), every
+    column-wise aggregation one product over the items side by side (``"lstm"`` and a
+    ``channels > 1`` ``"softmax"`` / ``"powermean"`` take 2-D ``x`` only, as PyG's); or a
+    pair ``(x_source, x_target)`` of these for a bipartite graph, ``x_target`` None to
+    leave out the root term; ``size`` is ``(n_source, n_target)`` (by default the rows of
+    ``x_source`` and of ``x_target``, or without the latter the largest target id + 1).
     ``edge_index`` is either:
 
     * a (2, E) tensor, messages ``edge_index[0] -> edge_index[1]`` (PyG's direction),
       built into the ``(n_target, n_source)`` adjacency on first use and cached as
       :class:`GCNConv`'s is (while an ``edge_index`` of the same contents comes back, for
-      the same node counts, dtype and device).  The aggregation is PyG's, repeated edges
-      included: ``"sum"`` and ``"mean"`` count an edge given twice twice (``"mean"``
-      divides by the number of edges into ``i``), ``"max"`` and ``"min"`` see it once;
-      a node without neighbours aggregates to 0;
+      the same node counts, dtype and device; under ``torch.compile`` it is built in the
+      graph, without a graph break).  The aggregation is PyG's, repeated edges included:
+      an edge given twice is two messages (for ``"max"`` / ``"min"`` two ties); a node
+      without neighbours aggregates to 0 (``"powermean"``: ``clamp_min ** (1/p)``, ``"lstm"``:
+      the LSTM of zeros, as PyG);
     * a sparse ``adj_t`` (PyG's transposed convention: ``(n_target, n_source)``, row
       ``i`` holding ``i``'s in-neighbours), a torch sparse COO, CSR or CSC tensor or a
       :class:`SparseCSR` (what a compiled model should get).  As in PyG's ``torch.sparse``
-      route, a single ``aggr`` is ``sparse_mm(A, x, reduce)`` with reduce ``"sum"``,
-      ``"mean"``, ``"amax"`` or ``"amin"``: ``A``'s values weight the messages (and get
-      their gradient), ``"mean"`` divides by the row's number of stored entries.  A list
-      ``aggr`` reads the pattern alone, each stored entry one message, as PyG (which
-      then runs its edge-wise route) does.  (torch_sparse's ``SparseTensor`` is not
-      taken.)
+      route, a single ``"sum"``, ``"mean"``, ``"max"`` or ``"min"`` is
+      ``sparse_mm(A, x, reduce)`` with reduce ``"sum"``, ``"mean"``, ``"amax"`` or
+      ``"amin"``: ``A``'s values weight the messages (and get their gradient), ``"mean"``
+      divides by the row's number of stored entries.  Every other ``aggr`` (a list too)
+      reads the pattern alone, each stored entry one message in row order, as PyG (which
+      then runs its edge-wise route) does.  (torch_sparse's ``SparseTensor`` is not taken.)
 
-    For a single ``"mean"`` or ``"sum"`` the layer multiplies by the weights first when
-    that is cheaper (always for a sparse ``x``: one ``sparse_mm(x, [W_l; W_r]^T)``), then
-    aggregates the ``out_channels``-wide rows; ``"max"``, ``"min"`` and a list aggregate
-    ``x`` itself (a sparse ``x`` is made dense for them).  Every aggregation is one
-    ``sparse_mm`` (or :func:`~torchsparsegradutils.nn._aggr.max_aggregation`) over the
-    adjacency: no edges x features temporary.
+    How each aggregation runs (no edges x features temporary unless said):
 
-    ``"max"``'s and ``"min"``'s gradient is PyG's: ``G[i, k]`` split evenly among the
-    messages equal to the extremum (an edge listed twice is two), and, where it is
-    exactly 0, one more share for the 0 PyG's scatter starts from, dropped;
-    ``sparse_mm``'s ``"amax"`` gives it all to the first entry of a tie instead
-    (``torch.sparse.mm``'s rule).  See :mod:`torchsparsegradutils.nn._aggr`.
+    * ``"sum"``, ``"mean"``: one ``sparse_mm`` over the adjacency, of ``x`` W_l^T first
+      when that is cheaper (always for a sparse ``x``: one ``sparse_mm(x, [W_l; W_r]^T)``);
+    * ``"max"``, ``"min"``: one ``sparse_mm`` ``"amax"`` / ``"amin"`` with PyG's gradient:
+      ``G[i, k]`` split evenly among the messages equal to the extremum, and, where it is
+      exactly 0, one more share for the 0 PyG's scatter starts from, dropped (``sparse_mm``
+      gives it all to the first entry of a tie: ``torch.sparse.mm``'s rule);
+    * ``"var"``, ``"std"``: one mean product of ``[x, x * x]``, PyG's formulas (``std``'s
+      clamp at 1e-5 and its zeroing at or under ``sqrt(1e-5)``); ``"powermean"``: a mean
+      product of ``x`` clamped and raised to ``p``, per node;
+    * ``"softmax"``: graph attention (:func:`~torchsparsegradutils.graph_attention`, the
+      fused C kernels, Triton on CUDA) with one head per feature, source scores ``t x``,
+      target scores 0 and slope 1; the kernels keep the ``(entries, features)`` attention
+      weights for the backward (PyG makes several such arrays); ``semi_grad`` passes the
+      scores detached;
+    * ``"lstm"``: inherently dense: the messages of each target, in edge order, one padded
+      ``(n_target, most messages, F)`` batch (PyG's ``to_dense_batch``, zeros after the
+      last message), gathered from ``x`` at once; the edges must be sorted by target
+      (ValueError "'index' tensor is not sorted" otherwise, PyG's words);
+    * a module: any :class:`torch.nn.Module` (PyG's ``MLPAggregation``, say; nothing of
+      ``torch_geometric`` is imported) is called as PyG calls an ``Aggregation``:
+      ``module(x[src], index=dst, ptr=None, dim_size=n_target, dim=-2)`` on the gathered
+      messages, an edges x features array as in PyG; ``lin_l``'s width is the source width,
+      or ``module.get_out_channels(source)`` where it has that method.
 
     Not PyG's: no TorchScript (``torch.jit.script``), no ``MessagePassing`` hooks,
-    explain or ``decomposed_layers``, no ``(batch, n, F)`` features.
+    explain or ``decomposed_layers``.
 
     >>> _ = torch.manual_seed(0)
     >>> conv = SAGEConv(3, 2, aggr="max")
@@ -270,12 +302,12 @@ class SAGEConv(torch.nn.Module):
 
 def _check_x(x, name: str) -> None:
     """x: a tensor or SparseCSR, 2-D (nodes, features), or dense (batch, nodes, features)."""
-    if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.dim() in (2, 3):
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+        if x.dim() not in (2, 3):
+            raise ValueError(f"{name} must be 2-D (nodes, features) or 3-D (batch, nodes, features), got shape "
+                             f"{tuple(x.shape)}")
         return
     check_features(x, name)
-    if isinstance(x, torch.Tensor) and x.layout == torch.strided:
-        raise ValueError(f"{name} must be 2-D (nodes, features) or 3-D (batch, nodes, features), got shape "
-                         f"{tuple(x.shape)}")
 
 
 def _multi_kwargs(aggr_kwargs: Optional[dict]) -> dict:
