@@ -195,7 +195,15 @@ def test_multi_aggr_compiles_from_an_edge_index_with_repeated_edges():
     ei = torch.cat([torch.randint(0, 30, (2, 120), generator=gen), torch.tensor([[1, 1, 1], [2, 2, 2]])], 1)
     ei = ei[:, ei[1] != 7]
     model = _Model(["mean", "sum", "min", "max", "softmax"])
-    assert_compiles_like_eager(model, torch.randn(30, 6, generator=gen), ei)
+    x = torch.randn(30, 6, generator=gen)
+    assert_compiles_like_eager(model, x, ei)
+    grads = []                                      # and x's gradient (the padding rows send none)
+    for run in (torch.compile(model, fullgraph=True, backend="aot_eager"), model):
+        x_in = x.clone().requires_grad_()
+        grads.append(torch.autograd.grad(run(x_in, ei).square().sum(), x_in)[0])
+    torch._dynamo.reset()
+    assert grads[0].isfinite().all()
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-5)
 
 
 def test_edge_structure_padded_passes_opcheck():
@@ -228,3 +236,19 @@ def test_aggregation_errors():
         SAGEConv(2, 2, aggr="lstm")(x3, torch.tensor([[0], [1]]))
     with pytest.raises(ValueError, match="channels=2 needs a 2-D x"):
         SAGEConv(2, 2, aggr="softmax", aggr_kwargs=dict(learn=True, channels=2))(x3, torch.tensor([[0], [1]]))
+
+
+def test_softmax_and_std_aggregations_on_the_triton_route(triton_route):
+    """The softmax aggregation (graph attention with a head per feature, a repeated edge's
+    additive score) and std on the Triton kernels (interpreted on the CPU) equal the C route."""
+    from support.routes import both_routes
+    gen = seeded("sage triton")
+    conv = SAGEConv(4, 3, aggr=["softmax", "std", "max"], aggr_kwargs=dict(aggrs_kwargs=[dict(learn=True), {}, {}]))
+    conv = conv.double()
+    x = torch.randn(6, 4, dtype=torch.float64, generator=gen, requires_grad=True)
+    t = conv.aggr_module.aggrs[0].t.detach()
+    run = lambda x, t: torch.func.functional_call(conv, {"aggr_module.aggrs.0.t": t}, (x, EDGES))  # noqa: E731
+    c, tr = both_routes(triton_route, run, [x, (t + 0.5).requires_grad_()])
+    assert len(c) == 3 and c[2].abs().sum() > 0           # the output, x's and t's gradients
+    for a, b in zip(c, tr):
+        torch.testing.assert_close(b, a)

@@ -84,7 +84,7 @@ class Graph:
             return self.weights, REDUCES[kind], None
         ptr, rows, cols, counts = self.structure()
         if kind in ("max", "min"):
-            ones = torch.ones(cols.shape, dtype=self.dtype, device=self.device)
+            ones = (counts > 0).to(self.dtype)          # 0 at padding entries: rows of zeros, no tie NaN
             return SparseCSR(ptr, cols, ones, shape), REDUCES[kind], counts
         if kind == "mean":
             deg = counts.new_zeros(self.rows).index_add(0, rows, counts).clamp(min=1)
