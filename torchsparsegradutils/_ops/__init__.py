@@ -9,6 +9,7 @@
     grouped.py   tsgu::group_rows, grouped_mm, grouped_mm_tn  gather_mm, segment_mm
     gat.py       tsgu::gat, gat_grad                graph attention on a pattern
     aggr.py      tsgu::max_aggregation, _backward, _backward2  the graph layers' max (PyG's gradient)
+                 tsgu::edge_structure_padded        an edge_index's adjacency (repeats counted)
 
 S is the pattern of a sparse operand (row pointers `ptr`, columns `col`, and `rows` for
 a hypersparse COO view, see _core/view.py) of shape `shape`, holding values `a` (one

@@ -1,6 +1,9 @@
 """The graph layers' max aggregation (PyG's ``MaxAggregation``) as custom ops:
 ``tsgu::max_aggregation`` (forward: ``sparse_mm(A, x, "amax")``, with its checks),
-``tsgu::max_aggregation_backward`` and ``tsgu::max_aggregation_backward2``.
+``tsgu::max_aggregation_backward`` and ``tsgu::max_aggregation_backward2``; and
+``tsgu::edge_structure_padded``, the adjacency of an ``edge_index`` (repeated edges merged
+and counted) padded to a size known before it runs, an op so that a compiled layer builds
+it inside its graph.
 
 The gradient is PyG's, which differs from ``tsgu::spmm_arg``'s (arg.py) at ties: PyG
 aggregates by ``torch.scatter_reduce(..., "amax", include_self=False)`` over the edges,
@@ -20,6 +23,7 @@ from torch import Tensor
 
 from .. import _backends
 from .._core.sparse_csr import SparseCSR
+from .._core.structures import coo_structure
 from .._core.validate import check_mm
 from .._core.view import entry_rows, view_of
 
@@ -43,6 +47,47 @@ def _max_aggregation(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, mess
 @_max_aggregation.register_fake
 def _(ptr, col, shape, a, messages, x):
     return x.new_empty((shape[0], x.shape[1]))
+
+
+def edge_structure(edge_index: Tensor, n_src: int, n_dst: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(ptr, rows, cols, counts)``: the ``(n_dst, n_src)`` CSR pattern of the messages
+    ``edge_index[0] -> edge_index[1]`` (row = target), entries sorted, an edge given k times
+    one entry with ``counts`` k (int64); ``rows`` each entry's row.  ValueError for an id
+    out of range (``coo_structure``'s check: in C on the CPU).  Its number of entries
+    depends on the ids: see :func:`edge_structure_padded` for a compiled graph."""
+    s = coo_structure(edge_index.flip(0).long().contiguous(), (n_dst, n_src))
+    rows, cols = s.indices
+    counts = s.values_of(torch.ones(edge_index.shape[1], dtype=torch.int64, device=edge_index.device))
+    return s.ptr, rows, cols, counts
+
+
+def padding_rows(num_edges: int, n_src: int) -> int:
+    """The rows :func:`edge_structure_padded` adds below the n_dst targets."""
+    return -(-num_edges // n_src) if n_src > 0 else 0
+
+
+@torch.library.custom_op("tsgu::edge_structure_padded", mutates_args=())
+def edge_structure_padded(edge_index: Tensor, n_src: int, n_dst: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`edge_structure` with shapes known before it runs (what a compiled graph
+    needs without a graph break: an op whose output size depends on data breaks it): E
+    entries (E the edges), the first ``nnz`` those of edge_structure, then ``E - nnz``
+    entries with ``counts`` 0 in rows below the targets, entry ``s`` of them at row
+    ``n_dst + s // n_src``, column ``s % n_src`` (strictly increasing along a row, as
+    every kernel requires): a ``(n_dst + padding_rows(E, n_src), n_src)`` pattern whose
+    rows past ``n_dst`` a caller drops."""
+    ptr, rows, cols, counts = edge_structure(edge_index, n_src, n_dst)
+    E, nnz, dev = edge_index.shape[1], cols.shape[0], edge_index.device
+    pad = torch.arange(E - nnz, dtype=torch.int64, device=dev)
+    ends = torch.arange(1, padding_rows(E, n_src) + 1, dtype=torch.int64, device=dev) * max(n_src, 1)
+    return (torch.cat([ptr.long(), nnz + ends.clamp(max=E - nnz)]), torch.cat([rows.long(), n_dst + pad // n_src]),
+            torch.cat([cols.long(), pad % max(n_src, 1)]), torch.cat([counts, torch.zeros_like(pad)]))
+
+
+@edge_structure_padded.register_fake
+def _(edge_index, n_src, n_dst):
+    E = edge_index.shape[1]
+    new = lambda k: edge_index.new_empty(k, dtype=torch.int64)  # noqa: E731
+    return new(n_dst + padding_rows(E, n_src) + 1), new(E), new(E), new(E)
 
 
 def _tie_blocks(ptr: Tensor, col: Tensor, a: Tensor, messages: Optional[Tensor], x: Tensor, out: Tensor):
