@@ -62,8 +62,8 @@ PyObject *py_spgemm_count(PyObject *self, PyObject *args)
 
 /* ---- spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, Cptr, Cidx, Cval, nthreads) ----
  * the columns and values Cval of A @ B on the pattern Cptr (spgemm_count's): Cidx is the
- * columns (nnz,) int64, or a COO index array (2 or 3, nnz) whose last row gets the
- * columns and the rows before it each entry's row (and batch item). */
+ * columns (nnz,) int64 or (for m < 2^31) int32, or a COO index array (2 or 3, nnz) int64
+ * whose last row gets the columns and the rows before it each entry's row (and batch item). */
 PyObject *py_spgemm(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -84,9 +84,11 @@ PyObject *py_spgemm(PyObject *self, PyObject *args)
         return finish(&c, -1);
     const DLTensor *I = dl(&h[7]), *V = dl(&h[8]);
     int rows = I->ndim == 2 ? (int)I->shape[0] : 1;
+    int col32 = I->ndim == 1 && I->dtype.bits == 32 && m < INT32_MAX;
     if (!(I->ndim == 1 || (I->ndim == 2 && (rows == 2 || rows == 3))) || I->dtype.code != kDLInt ||
-        I->dtype.bits != 64 || I->dtype.lanes != 1) {
-        PyErr_SetString(PyExc_ValueError, "out indices must be int64 of shape (nnz,), (2, nnz) or (3, nnz)");
+        (I->dtype.bits != 64 && !col32) || I->dtype.lanes != 1) {
+        PyErr_SetString(PyExc_ValueError, "out indices must be int64 of shape (nnz,), (2, nnz) or (3, nnz), "
+                                          "or int32 of shape (nnz,) where the columns fit");
         return finish(&c, -1);
     }
     int64_t nnz = I->shape[I->ndim - 1];
@@ -96,11 +98,12 @@ PyObject *py_spgemm(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "A, B and out values must have one dtype, and out one value per index");
         return finish(&c, -1);
     }
-    int64_t *idx = data_of(&h[7]);       /* rows of a (rows, nnz) array: (item,) row, column */
-    int64_t *col = idx + (rows - 1) * nnz, *row = rows > 1 ? idx + (rows - 2) * nnz : NULL;
+    int64_t *idx = col32 ? NULL : data_of(&h[7]);   /* rows of a (rows, nnz) array: (item,) row, column */
+    int64_t *col = col32 ? NULL : idx + (rows - 1) * nnz, *row = rows > 1 ? idx + (rows - 2) * nnz : NULL;
     int64_t *item = rows > 2 ? idx : NULL;
+    int32_t *col_32 = col32 ? data_of(&h[7]) : NULL;
     Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spgemm(&A, &B, data_of(&h[6]), col, row, item, data_of(&h[8]), nnz, nthreads);
+    status = tsgu_spgemm(&A, &B, data_of(&h[6]), col, col_32, row, item, data_of(&h[8]), nnz, nthreads);
     Py_END_ALLOW_THREADS
     return finish(&c, status);
 }

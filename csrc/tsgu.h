@@ -101,11 +101,12 @@ int tsgu_spmm_t_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, 
 int tsgu_sddmm_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, const tsgu_dense *B,
                    void *out, int nthreads);
 /* sparse @ sparse, C = A·B item by item (spgemm_count.c, spgemm.c, spgemm_grad.c):
- * C's row pointers Cptr (batch*n+1) and columns are int64, in global rows; G, the
- * upstream gradient of C, is a CSR view or (G NULL) dense Gd; gA / gB NULL when not wanted */
+ * C's row pointers Cptr (batch*n+1) are int64, in global rows; its columns int64
+ * (Ccol) or int32 (Ccol32, the other NULL); G, the upstream gradient of C, is a CSR
+ * view or (G NULL) dense Gd; gA / gB NULL when not wanted */
 int tsgu_spgemm_count(const tsgu_csr *A, const tsgu_csr *B, int64_t *Cptr, int nthreads);
-int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64_t *Ccol, int64_t *Crow,
-                int64_t *Citem, void *Cval, int64_t nnzC, int nthreads);
+int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64_t *Ccol, int32_t *Ccol32,
+                int64_t *Crow, int64_t *Citem, void *Cval, int64_t nnzC, int nthreads);
 int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, const tsgu_dense *Gd, void *gA,
                      void *gB, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);

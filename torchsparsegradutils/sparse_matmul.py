@@ -64,7 +64,9 @@ def sparse_mm(A, B, reduce: str = "sum"):
     COO gives a coalesced COO tensor, CSR a CSR tensor (a batch of CSR tensors
     needs one entry count per item, as PyTorch's batched CSR does; else
     ``ValueError``: take COO with three sparse dimensions), and a ``SparseCSR`` on
-    either side gives a ``SparseCSR``.  Forward is a row-by-row (Gustavson) product
+    either side gives a ``SparseCSR``.  Its row pointers and columns are int32 where both
+    operands' indices are (a smaller output, faster to write), else int64 (a COO
+    product's indices are int64, as PyTorch's).  Forward is a row-by-row (Gustavson) product
     in C, a pass that sizes the rows and one that fills them.  Backward computes
     only the operands' stored entries, ``grad_A[i,j] = sum_c G[i,c] B[j,c]`` and
     ``grad_B[j,c] = sum_i A[i,j] G[i,c]``, from a sparse ``G`` (any pattern) or a

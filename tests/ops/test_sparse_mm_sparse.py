@@ -352,6 +352,54 @@ def test_fullgraph_compile_of_a_sparse_csr_model():
         torch.testing.assert_close(gc, ge)
 
 
+@pytest.mark.parametrize("la,lb", [("csr", "csr"), ("SparseCSR", "SparseCSR"), ("csr", "SparseCSR"),
+                                   ("coo", "coo"), ("csr", "coo")])
+@pytest.mark.parametrize("ia,ib", [(torch.int32, torch.int32), (torch.int32, torch.int64)])
+def test_product_index_dtype_follows_the_operands(la, lb, ia, ib):
+    """int32 operands give an int32 product (pointers and columns), a smaller output; int64
+    on either side, or a COO product (PyTorch's COO indices are int64), gives int64.  The
+    values, pattern and gradients are the int64 product's."""
+    DA, DB = pair(key=11)
+    (A, va), (B, vb) = operand(DA, la, ia), operand(DB, lb, ib)
+    if la == "SparseCSR":
+        A = SparseCSR(A.crow_indices.to(ia), A.col_indices.to(ia), A.values, A.size)
+    if lb == "SparseCSR":
+        B = SparseCSR(B.crow_indices.to(ib), B.col_indices.to(ib), B.values, B.size)
+    C = sparse_mm(A, B)
+    int32 = (ia, ib) == (torch.int32, torch.int32) and "coo" not in (la, lb)     # a COO's view is int64
+    want = torch.int32 if int32 else torch.int64
+    if isinstance(C, SparseCSR):
+        assert C.crow_indices.dtype == C.col_indices.dtype == want
+    elif C.layout == torch.sparse_csr:
+        assert C.crow_indices().dtype == C.col_indices().dtype == want
+    else:
+        assert C._indices().dtype == torch.int64
+    (A64, wa), (B64, wb) = operand(DA, la), operand(DB, lb)
+    C64 = sparse_mm(A64, B64)
+    mask, D = stored(C)
+    assert torch.equal(mask, stored(C64)[0])
+    torch.testing.assert_close(D, stored(C64)[1], rtol=0, atol=0)
+    dense_product(C).square().sum().backward()
+    dense_product(C64).square().sum().backward()
+    torch.testing.assert_close(va.grad, wa.grad, rtol=0, atol=0)
+    torch.testing.assert_close(vb.grad, wb.grad, rtol=0, atol=0)
+
+
+def test_compiled_int32_product_matches_eager():
+    """The fake implementation of tsgu::spgemm gives the real one's index dtype."""
+    torch._dynamo.reset()
+    DA, DB = pair(12, 10, 9, dtype=torch.float32, density=0.3, key=12)
+    A, B = (SparseCSR.from_torch(D.to_sparse_csr()) for D in (DA, DB))
+    A, B = (S._replace(crow_indices=S.crow_indices.int(), col_indices=S.col_indices.int()) for S in (A, B))
+    f = lambda A, B: sparse_mm(sparse_mm(A, B), torch.ones(9, 2))  # noqa: E731
+    try:
+        out_c = torch.compile(f, fullgraph=True, backend="aot_eager")(A, B)
+    finally:
+        torch._dynamo.reset()
+    torch.testing.assert_close(out_c, f(A, B))
+    assert sparse_mm(A, B).col_indices.dtype == torch.int32
+
+
 # ---------------------------------------------------------- the table of docs/sparse_mm.md
 TABLE_ROWS = ["coo-coo-2d", "csr-csr-2d", "coo-csr-2d", "csr-coo-2d", "coo-coo-batched", "csr-csr-batched"]
 

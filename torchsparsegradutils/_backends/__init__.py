@@ -17,7 +17,7 @@ import torch
 from .._core import native
 from .._core.intake import as_csr, check_structure
 from .._core.torch_sparse import csr_tensor
-from .._core.view import CSRView, entry_rows, item_rows, kernel_array, view_of
+from .._core.view import CSRView, entry_rows, item_rows, kernel_array, product_itype, view_of
 from . import cpu, cuda, torch_ops
 from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
 
@@ -106,8 +106,9 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
 
 # --------------------------------------------------------- sparse @ sparse (sparse_mm)
 # A[k] n x l times B[k] l x m, both CSRViews (B no kept-rows view); the product comes as
-# (ptr, index, values): global row pointers (batch*n+1,), and int64 columns increasing in
-# each row, or with coo the COO index array of C ((2 or 3, nnz)).  G, the gradient w.r.t.
+# (ptr, index, values): global row pointers (batch*n+1,), and columns increasing in each
+# row, or with coo the COO index array of C ((2 or 3, nnz)); int64, or int32 where both
+# operands' indices are (view.product_itype; the cpu route writes them so).  G, the gradient w.r.t.
 # C, is a CSRView or a dense tensor.  A hypersparse A (a COO's kept rows, A.rows) is
 # multiplied through those rows alone, times B's items as one block diagonal: then ptr
 # holds the kept rows' pointers (len(A.rows)+1,), index is C's COO index array (coo is
@@ -124,7 +125,9 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
             k = row // n
             return ptr, torch.stack([k, row - k * n, col - k * p]), values
         return ptr, torch.stack([row, col]), values
-    return _backend(False, A.values, B.values, has_triton=True).spgemm(A, B, coo)
+    ptr, index, values = _backend(False, A.values, B.values, has_triton=True).spgemm(A, B, coo)
+    itype = product_itype(A, B, coo, index.shape[-1])
+    return ptr.to(itype), index.to(itype), values
 
 
 def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):

@@ -132,6 +132,19 @@ def op_args(view: CSRView):
     return view.ptr, view.col, view.rows, list(view.shape)
 
 
+def product_itype(A: CSRView, B: CSRView, coo: bool, nnz: int) -> torch.dtype:
+    """The index dtype of the pointers and columns of A @ B (both sparse) of nnz entries:
+    int32 where both operands' are (a smaller output: 8 bytes an entry less to write),
+    except for a COO product (PyTorch's COO indices are int64); else int64.  ValueError
+    where an int32 product would hold 2^31 entries or more."""
+    if coo or A.ptr.dtype != torch.int32 or B.ptr.dtype != torch.int32:
+        return torch.int64
+    if nnz >= 2 ** 31:
+        raise ValueError(f"A @ B has {nnz} entries, more than int32 indices can point to: give A and B "
+                         "int64 indices")
+    return torch.int32
+
+
 def entry_rows(crow: torch.Tensor) -> torch.Tensor:
     """The row of every stored entry (int64) of CSR row pointers ``(n+1,)``; for a
     batch, ``(b, n+1)`` or the stacked ``(b*n+1,)``, the global row ``k*n + i``."""

@@ -2,7 +2,7 @@
 
 The patterns S (a_ptr, a_col, a_shape) and T (b_ptr, b_col, b_shape), each a SparseCSR's
 (global or batched row pointers); the product's pattern P (ptr, col) has global row
-pointers and int64 columns (see _backends.spgemm):
+pointers and columns, int32 where both patterns' are, else int64 (see _backends.spgemm):
     tsgu::spgemm(a, b)   = (ptr, col, c): the product S(a) T(b) of two patterns, its
                            values c on its own pattern (ptr, col) P
     tsgu::spgemm_grad(a, b, g) = (P(g) T(b)^T at S's stored (i, j), S(a)^T P(g) at T's stored (j, c))
@@ -50,7 +50,8 @@ def _(a_ptr, a_col, a_shape, a, b_ptr, b_col, b_shape, b):
     check_arrays(b_ptr, b_col, b, b_shape)
     rows = (a_shape[0] if len(a_shape) == 3 else 1) * a_shape[-2]
     nnz = torch.library.get_ctx().new_dynamic_size()         # the product's pattern: known once computed
-    return a_ptr.new_empty(rows + 1, dtype=torch.int64), a_col.new_empty(nnz, dtype=torch.int64), a.new_empty(nnz)
+    itype = torch.int32 if a_ptr.dtype == b_ptr.dtype == torch.int32 else torch.int64   # view.product_itype
+    return a_ptr.new_empty(rows + 1, dtype=itype), a_col.new_empty(nnz, dtype=itype), a.new_empty(nnz)
 
 
 @_spgemm_grad.register_fake
