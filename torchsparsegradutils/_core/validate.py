@@ -183,24 +183,8 @@ def check_dense_a(A: torch.Tensor, B, name: str = "sparse_mm"):
         if B.dense_dim() != 0:
             raise ValueError(f"B must not have dense dimensions (hybrid sparse tensors are not supported), "
                              f"got {B.dense_dim()}")
-    a_shape = A.shape
-    if len(a_shape) < 2 or len(b_shape) < 2:
-        raise ValueError("Both A and B should be at least 2-dimensional tensors")
-    if len(a_shape) != len(b_shape) or len(a_shape) > 3:
-        raise error(ValueError, "A and B must both be 2D or both be 3D tensors",
-                    f"got {len(a_shape)}D and {len(b_shape)}D")
-    if len(a_shape) == 3 and a_shape[0] != b_shape[0]:
-        raise error(ValueError, "If batched, A and B must have the same batch size",
-                    f"got {a_shape[0]} and {b_shape[0]}")
-    if a_shape[-1] != b_shape[-2]:
-        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
-    if A.device != values.device:
-        raise ValueError(f"A and B must be on the same device, got {A.device} and {values.device}")
-    if A.dtype not in MM_DTYPES:
-        raise TypeError(f"{name} supports {dtype_names(MM_DTYPES)} values, got A of dtype {A.dtype}")
-    if values.dtype != A.dtype:
-        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {values.dtype}")
-    return torch.Size([*a_shape[:-1], b_shape[-1]])
+    _check_product(A.shape, b_shape, A, values, name, MM_DTYPES)
+    return torch.Size([*A.shape[:-1], b_shape[-1]])
 
 
 def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
@@ -225,6 +209,14 @@ def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
         shapes.append(X.shape)
         values.append(X)
     (a_shape, b_shape), (a, b) = shapes, values
+    _check_product(a_shape, b_shape, a, b, name, dtypes)
+    return a_shape, b_shape
+
+
+def _check_product(a_shape, b_shape, a: torch.Tensor, b: torch.Tensor, name: str, dtypes) -> None:
+    """The contract of a product A @ B whose operands' kinds are checked, with the
+    published messages: ranks 2 or 3 alike, one batch size, A's columns B's rows, one
+    device, and one dtype of `dtypes` (a and b: tensors holding the operands' values)."""
     if len(a_shape) < 2 or len(b_shape) < 2:
         raise ValueError("Both A and B should be at least 2-dimensional tensors")
     if len(a_shape) != len(b_shape) or len(a_shape) > 3:
@@ -241,7 +233,6 @@ def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
         raise TypeError(f"{name} supports {dtype_names(dtypes)} values, got A of dtype {a.dtype}")
     if b.dtype != a.dtype:
         raise TypeError(f"A and B must have the same dtype, got {a.dtype} and {b.dtype}")
-    return a_shape, b_shape
 
 
 # sparse_mm's reduce= (torch.sparse.mm's): how each row's products are combined, and the
