@@ -7,7 +7,7 @@ from torch.distributions import MultivariateNormal
 
 from torchsparsegradutils import sparse_csr_tensor, sparse_mm
 from torchsparsegradutils.distributions import SparseMultivariateNormal, SparseMultivariateNormalNative
-from torchsparsegradutils.distributions.sparse_multivariate_normal import _batch_sparse_mv
+from torchsparsegradutils.distributions._linalg import _batch_sparse_mv
 from torchsparsegradutils.utils import rand_sparse_tri
 
 LAYOUTS = [torch.sparse_coo, torch.sparse_csr]

@@ -35,143 +35,26 @@ kernel; their gradients w.r.t. ``F`` are sparse, on ``F``'s pattern.
   exact, O(n nnz) time, O(n * block) memory, never an n x n matrix.
 - ``covariance_matrix`` / ``precision_matrix`` are dense n x n by nature: they
   are built from a dense copy of ``L`` or ``L^{-1}`` (O(n^2) memory).
+
+The factor's checks and pattern are in ``_factor``; the products and solves on
+batches of vectors in ``_linalg``.
 """
 import math
-from typing import NamedTuple
 
 import torch
 from torch.distributions import constraints
 from torch.distributions.distribution import Distribution
 from torch.distributions.utils import _standard_normal, lazy_property
 
-from .._core.intake import as_csr, checked_view
 from .._core.saved import accumulate_batched_csr_grads, values_guard
 from .._core.torch_sparse import coo_tensor
-from .._core.view import entry_rows
-from .._ops.products import spmm_t
 from ..sparse_matmul import sparse_mm
 from ..sparse_solve import sparse_triangular_solve
 from ..sparse_tensor import sparse_csr_tensor
+from ._factor import _check_factor, _check_lower, _factor_diagonal, _Pattern, _row_square_sums
+from ._linalg import _batch_sparse_mv, _inverse_factor_column_norms, _transposed_mv
 
 __all__ = ["SparseMultivariateNormal", "SparseMultivariateNormalNative"]
-
-# identity columns per block when the precision forms' variance solves L X = E
-_VARIANCE_BLOCK_ELEMS = 1 << 22
-
-
-def _batch_sparse_mv(op, bmat, bvec, **kwargs):
-    """``op(bmat, .)`` applied to every vector in ``bvec``.
-
-    ``bmat`` ``(n, m)`` takes ``bvec`` ``(..., m)``; a batched ``bmat``
-    ``(B, n, m)`` takes ``(..., B, m)`` (item ``b`` of the matrix meets vectors
-    ``[..., b, :]``), and a batch of one, ``(1, n, m)``, any ``(..., m)`` (its one
-    item broadcasts, as in torch.distributions).  The vectors are gathered into
-    the columns of one dense operand, so ``op`` (``sparse_mm``,
-    ``sparse_triangular_solve`` with its keyword arguments) runs once.  Returns
-    ``(..., n)`` or ``(..., B, n)``.
-
-    >>> import torch
-    >>> from torchsparsegradutils import sparse_mm
-    >>> A = torch.tensor([[2., 0.], [1., 3.]]).to_sparse_csr()
-    >>> _batch_sparse_mv(sparse_mm, A, torch.tensor([[1., 1.], [0., 1.]]))
-    tensor([[2., 4.],
-            [0., 3.]])
-    """
-    if bmat.dim() == 2 and bvec.dim() >= 1:
-        lead, m = bvec.shape[:-1], bvec.shape[-1]
-        out = op(bmat, bvec.reshape(-1, m).t(), **kwargs)            # (n, K)
-        return out.t().reshape(*lead, out.shape[0])
-    if bmat.dim() == 3 and bmat.shape[0] == 1 and bvec.dim() >= 1:
-        lead, m = bvec.shape[:-1], bvec.shape[-1]
-        out = op(bmat, bvec.reshape(1, -1, m).transpose(1, 2), **kwargs)    # (1, n, K)
-        return out[0].t().reshape(*lead, out.shape[1])
-    if bmat.dim() == 3 and bvec.dim() >= 2 and bvec.shape[-2] == bmat.shape[0]:
-        lead, (b, m) = bvec.shape[:-2], bvec.shape[-2:]
-        out = op(bmat, bvec.reshape(-1, b, m).permute(1, 2, 0), **kwargs)   # (B, n, K)
-        return out.permute(2, 0, 1).reshape(*lead, b, out.shape[1])
-    raise ValueError(f"Invalid dimensions for bmat and bvec: a (n, m) matrix takes (..., m) vectors and a "
-                     f"(B, n, m) one (..., B, m), got {tuple(bmat.shape)} and {tuple(bvec.shape)}")
-
-
-class _Pattern(NamedTuple):
-    """Where F's stored entries sit, in the order of ``F.values()`` flattened:
-    ``row`` (item * n + row, as a flat row number), ``item_col`` (item * n + column),
-    and the entries on the diagonal (``diag``: their positions, ``diag_row``: their
-    flat rows).  Built once per distribution (the pattern of F is fixed)."""
-
-    row: torch.Tensor
-    item_col: torch.Tensor
-    diag: torch.Tensor
-    diag_row: torch.Tensor
-
-    @staticmethod
-    def of(F: torch.Tensor) -> "_Pattern":
-        n = F.shape[-1]
-        if F.layout == torch.sparse_coo:
-            idx = F.indices()
-            base = idx[0] * n if F.dim() == 3 else 0
-            row, item_col = base + idx[-2], base + idx[-1]
-        else:
-            crow, col = F.crow_indices(), F.col_indices()
-            row = entry_rows(crow)
-            item_col = col.long() + (torch.arange(col.shape[0], device=col.device).unsqueeze(1) * n
-                                     if F.dim() == 3 else 0)
-            item_col = item_col.reshape(-1)
-        diag = torch.nonzero(row == item_col).reshape(-1)
-        return _Pattern(row, item_col, diag, row[diag])
-
-
-def _factor_diagonal(F: torch.Tensor, values: torch.Tensor, pattern: _Pattern) -> torch.Tensor:
-    """The stored diagonal of F (values ``values``) as (n,) or (B, n), zeros where
-    none is stored; O(n) once the pattern is known."""
-    d = values.reshape(-1)[pattern.diag]
-    rows = F.shape[:-1].numel()
-    if d.numel() == rows:               # every diagonal entry stored (distinct, in row order)
-        return d.reshape(F.shape[:-1])
-    return d.new_zeros(rows).index_add(0, pattern.diag_row, d).reshape(F.shape[:-1])
-
-
-def _row_square_sums(F: torch.Tensor, values: torch.Tensor, pattern: _Pattern, weight=None) -> torch.Tensor:
-    """``sum_j F_ij^2 w_j`` for every row i, (n,) or (B, n); O(nnz) per set of column
-    weights ``weight`` ((n,) or (B', n), broadcasting against F's batch)."""
-    sq = values.reshape(-1).square()
-    if weight is not None and F.shape[:-2].numel() == 1:     # one item: every set of weights meets it
-        sq = sq * weight[..., pattern.item_col]
-        return sq.new_zeros(*sq.shape[:-1], F.shape[-1]).index_add(-1, pattern.row, sq)
-    if weight is not None:
-        sq = sq * weight.expand(F.shape[:-1]).reshape(-1)[pattern.item_col]
-    return sq.new_zeros(F.shape[:-1].numel()).index_add(0, pattern.row, sq).reshape(F.shape[:-1])
-
-
-def _transposed_mv(F: torch.Tensor, values: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``F^T x`` for every vector of x (as in :func:`_batch_sparse_mv`), differentiable
-    w.r.t. F's ``values`` and x, without forming F^T."""
-    view = as_csr(F.detach())
-    return _batch_sparse_mv(lambda A, Y: spmm_t(view, values, Y), F, x)
-
-
-def _check_factor(name: str, F, n: int, dtype) -> torch.Tensor:
-    if not isinstance(F, torch.Tensor) or F.layout not in (torch.sparse_coo, torch.sparse_csr):
-        layout = F.layout if isinstance(F, torch.Tensor) else type(F).__name__
-        raise ValueError(f"{name} must be sparse COO or CSR, instead of {layout}")
-    if F.dim() < 2:
-        raise ValueError(f"{name} must be at least two-dimensional, with optional leading batch dimension")
-    if F.dim() > 3:
-        raise ValueError(f"{name} can only have 1 batch dimension, but has {F.dim() - 2}")
-    if F.shape[-1] != F.shape[-2] or F.shape[-1] != n:
-        raise ValueError(f"{name} must be square with the event size of loc ({n}), got shape {tuple(F.shape)}")
-    if F.dtype != dtype:
-        raise ValueError(f"{name} must have the dtype of loc ({dtype}), got {F.dtype}")
-    checked_view(F.detach())          # its structure, before coalesce() or any index arithmetic reads it
-    if F.layout == torch.sparse_coo and not F.is_coalesced():
-        F = F.coalesce()
-    return F
-
-
-def _check_lower(name: str, pattern: _Pattern) -> None:
-    """O(nnz): no stored entry above the diagonal."""
-    if bool((pattern.item_col > pattern.row).any()):
-        raise ValueError(f"{name} must be lower triangular: it stores an entry above the diagonal")
 
 
 def _gaussian_log_prob(n: int, quad: torch.Tensor, log_det_cov: torch.Tensor) -> torch.Tensor:
@@ -380,28 +263,8 @@ class SparseMultivariateNormal(Distribution):
                 v = (D * (1 + 2 * _factor_diagonal(F, values, self._pattern))
                      + _row_square_sums(F, values, self._pattern, D))
         else:
-            v = self._inverse_factor_column_norms(F)
+            v = _inverse_factor_column_norms(F, D)
         return v.expand(self._extended_shape())
-
-    def _inverse_factor_column_norms(self, F) -> torch.Tensor:
-        """``sum_k (L^{-1})_{ki}^2 (/ D_k)`` for every i: the diagonal of
-        ``L^{-T} (D^{-1}) L^{-1}``, by solves with blocks of identity columns."""
-        D = self._diagonal
-        n = F.shape[-1]
-        batch = F.shape[:-2]
-        k = max(1, min(n, _VARIANCE_BLOCK_ELEMS // max(n, 1)))
-        parts = []
-        for s in range(0, n, k):
-            w = min(k, n - s)
-            E = torch.zeros(n, w, dtype=F.dtype, device=F.device)
-            E[torch.arange(s, s + w), torch.arange(w)] = 1
-            X = sparse_triangular_solve(F, E.expand(*batch, n, w).contiguous(), upper=False,
-                                        unitriangular=D is not None)          # columns s..s+w of L^{-1}
-            sq = X.square()
-            if D is not None:
-                sq = sq / D.unsqueeze(-1)
-            parts.append(sq.sum(-2))
-        return torch.cat(parts, -1) if parts else F.values().new_zeros(*batch, 0)
 
     def _dense_factor(self) -> torch.Tensor:
         """``L`` as a dense matrix, through sparse_mm with the identity (differentiable); O(n^2)."""
