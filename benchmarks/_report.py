@@ -268,13 +268,21 @@ METHOD_STYLE = {"ours CSR": ("tab:blue", "o"), "ours COO": ("tab:cyan", "s"), "t
                 "published COO": ("tab:pink", "h")}
 
 
-def plots(doc: dict, out_dir: str, mode: str) -> List[str]:
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (with a note) where matplotlib is not installed."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed (pip install matplotlib, or the project's [bench] extra): no plots")
+        return None
+    return plt
+
+
+def plots(doc: dict, out_dir: str, mode: str) -> List[str]:
+    plt = pyplot()
+    if plt is None:
         return []
     files = []
     res = [r for r in doc["results"] if (r["dtype"], r["index_dtype"]) == HEADLINE]
