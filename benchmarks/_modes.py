@@ -21,6 +21,10 @@ SMOKE_HELP = ("CI's smoke run: the smallest inputs through every code path, one 
 SMOKE_REPS = 1                 # timed repetitions per phase
 SMOKE_WARMUP = 0               # warm-up runs beyond the correctness run
 SMOKE_LOAD_SAMPLE_S = 0.05     # seconds of /proc/stat sampling for the machine's background load
+# in one process, side by side (_harness.time_in_process): the MB its warm-up allocates and
+# frees like a training step; the smoke mode's still holds one block over glibc's 32 MiB
+WARM_MB = 384
+SMOKE_WARM_MB = 48
 
 
 def add_mode_args(ap: argparse.ArgumentParser, quick_help: str = None) -> None:
