@@ -9,6 +9,10 @@ require grad, the function computing C from them, and how to read its gradient
 w.r.t. A back as values on A's (coalesced, row-major) pattern.  A method may
 carry a reason to skip its backward (e.g. PyTorch's COO backward would build a
 dense n x m gradient of several GB).
+
+Two timers: time_method times one method on its own loops; time_in_process times all
+of a case's methods side by side in this process, after allocate_like_training, in
+interleaved rounds, with each call's CPU time and minor page faults.
 """
 import gc
 import os

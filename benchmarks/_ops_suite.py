@@ -57,9 +57,6 @@ def run_worker(python: str, job: dict, memory: bool, timeout: float = 1800) -> d
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-TIMINGS = ("both", "fresh", "in-process")
-
-
 def _runs(pub_py: Optional[str], local: List[str], fresh: bool, side: bool, memory: bool, smoke: bool) -> list:
     """(interpreter, methods, phases) of each worker a batch of cases takes: ours and the
     published release each timed on its own ("time"), ours side by side in one process
@@ -117,10 +114,8 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time the process's CPU time, not the wall clock (a machine shared with other work)")
-    ap.add_argument("--timing", choices=TIMINGS, default="both",
-                    help="fresh: each method on its own in a worker started for the case (full mode) or the run; "
-                         "in-process: all methods of a case side by side in one used process, interleaved; "
-                         "both (the default): the two, in separate workers, reported side by side")
+    _modes.add_timing_arg(ap, "each method on its own loops, one after another, in a worker started for the "
+                              "case (full mode) or the run")
     args = ap.parse_args(argv)
     if not published:
         args.no_published = True
