@@ -435,6 +435,35 @@ def time_in_process(preps: Dict[str, Prepared], G: torch.Tensor, reps: int, warm
     return {"warm_up": warm, "rounds": n, "methods": out}
 
 
+def interleaved(steps: Dict[str, Callable[[], object]], rounds: int, warm_mb: float, warmup: int = 1,
+                cpu_time: bool = False) -> Dict[str, object]:
+    """Whole steps of several methods (e.g. a layer's training step) side by side in this
+    process, as time_in_process times a Prepared's calls: allocate_like_training(warm_mb),
+    `warmup` untimed rounds, then `rounds` rounds, each calling every step once, in turn.
+    What a step returns is freed after its clock stops.  Per name: median, min and runs,
+    and per step the process's user and system CPU time and minor page faults.  Returns
+    {"warm_up": ..., "rounds": rounds, "methods": {name: ...}}."""
+    clock = time.process_time if cpu_time else time.perf_counter
+    warm = allocate_like_training(warm_mb)
+    for _ in range(warmup):
+        for step in steps.values():
+            step()
+    ts = {name: [] for name in steps}
+    use = {name: [0.0, 0.0, 0] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            u0 = _usage()
+            t0 = clock()
+            res = step()
+            t1 = clock()
+            u1 = _usage()
+            del res
+            ts[name].append(t1 - t0)
+            use[name] = [a + (b - c) for a, b, c in zip(use[name], u1, u0)]
+    return {"warm_up": warm, "rounds": rounds,
+            "methods": {name: dict(_stats(ts[name]), usage=_per_call(use[name], rounds)) for name in steps}}
+
+
 # --------------------------------------------------------------------------- memory
 
 def _status_kb(key: str) -> int:
