@@ -4,7 +4,7 @@ Run from the repository root::
 
     python -m benchmarks.sparse_mm --smoke            # seconds: CI's check that it works (numbers meaningless)
     python -m benchmarks.sparse_mm --quick            # about a minute
-    python -m benchmarks.sparse_mm                    # full grid, about 20 minutes on 2 cores
+    python -m benchmarks.sparse_mm                    # full grid, about 40 minutes on 2 cores (20 with --timing fresh)
     python -m benchmarks.sparse_mm --graph /work/shared/data/cora.npz   # add a real graph
 
 Options: ``--out DIR`` (default benchmarks/results), ``--threads N`` (default 2),
