@@ -436,18 +436,21 @@ def time_in_process(preps: Dict[str, Prepared], G: torch.Tensor, reps: int, warm
 
 
 def interleaved(steps: Dict[str, Callable[[], object]], rounds: int, warm_mb: float, warmup: int = 1,
-                cpu_time: bool = False) -> Dict[str, object]:
+                cpu_time: bool = False, after: Optional[Callable[[str], None]] = None) -> Dict[str, object]:
     """Whole steps of several methods (e.g. a layer's training step) side by side in this
     process, as time_in_process times a Prepared's calls: allocate_like_training(warm_mb),
     `warmup` untimed rounds, then `rounds` rounds, each calling every step once, in turn.
-    What a step returns is freed after its clock stops.  Per name: median, min and runs,
+    What a step returns is freed after its clock stops, and after(name) (e.g. an optimizer's
+    update) runs then too, outside the timed window.  Per name: median, min and runs,
     and per step the process's user and system CPU time and minor page faults.  Returns
     {"warm_up": ..., "rounds": rounds, "methods": {name: ...}}."""
     clock = time.process_time if cpu_time else time.perf_counter
     warm = allocate_like_training(warm_mb)
     for _ in range(warmup):
-        for step in steps.values():
+        for name, step in steps.items():
             step()
+            if after:
+                after(name)
     ts = {name: [] for name in steps}
     use = {name: [0.0, 0.0, 0] for name in steps}
     for _ in range(rounds):
@@ -458,6 +461,8 @@ def interleaved(steps: Dict[str, Callable[[], object]], rounds: int, warm_mb: fl
             t1 = clock()
             u1 = _usage()
             del res
+            if after:
+                after(name)
             ts[name].append(t1 - t0)
             use[name] = [a + (b - c) for a, b, c in zip(use[name], u1, u0)]
     return {"warm_up": warm, "rounds": rounds,
