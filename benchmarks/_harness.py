@@ -9,6 +9,10 @@ require grad, the function computing C from them, and how to read its gradient
 w.r.t. A back as values on A's (coalesced, row-major) pattern.  A method may
 carry a reason to skip its backward (e.g. PyTorch's COO backward would build a
 dense n x m gradient of several GB).
+
+Two timers: time_method times one method on its own loops; time_in_process times all
+of a case's methods side by side in this process, after allocate_like_training, in
+interleaved rounds, with each call's CPU time and minor page faults.
 """
 import gc
 import os
@@ -322,6 +326,147 @@ def time_method(prep: Prepared, G: torch.Tensor, reps: int, warmup: int = 1,
     res["bwd"] = _stats(tb)
     res["fwdbwd"] = _stats(tfb)
     return res
+
+
+# --------------------------------------------------------------------------- in one process, side by side
+
+# The sizes (MiB) of allocate_like_training's tensors, in the order made: two over 32 MiB,
+# glibc's mmap ceiling (a block above it is always mapped fresh from the OS and unmapped on
+# free), the rest below it (freed, they stay in the heap, mapped, for the next allocation).
+WARM_SIZES_MIB = (40, 8, 0.25, 20, 1, 72, 3, 12, 0.5, 24, 2, 6)
+
+
+def allocate_like_training(total_mb: float) -> Dict[str, float]:
+    """Leave this process's allocator as a few training steps leave it: float32 tensors of
+    the assorted WARM_SIZES_MIB, cycled until about `total_mb` MB are allocated, every page
+    written; every other one freed and as much allocated again (holes of assorted sizes
+    in the heap); then all freed.  Afterwards glibc's dynamic mmap threshold has risen to
+    the largest block under 32 MiB that was freed, the heap is grown and fragmented, and
+    blocks over 32 MiB still go to the OS and back on every allocation: a result that
+    size page-faults again on each call, smaller ones come back from the heap already
+    mapped.  A fresh process starts instead at a 128 KiB threshold and an empty heap."""
+    t0 = time.perf_counter()
+    sizes, total = [], 0.0
+    while total < total_mb:
+        mib = WARM_SIZES_MIB[len(sizes) % len(WARM_SIZES_MIB)]
+        sizes.append(mib)
+        total += mib * 1.048576
+    live = [torch.ones(int(mib * (1 << 18))) for mib in sizes]      # ones: every page written
+    for i in range(1, len(live), 2):
+        live[i] = None
+    refill = [torch.ones(int(mib * (1 << 18))) for mib in sizes[1::2]]
+    del live, refill
+    return {"allocated_mb": round((sum(sizes) + sum(sizes[1::2])) * 1.048576, 1), "largest_mib": max(sizes),
+            "seconds": time.perf_counter() - t0}
+
+
+def _usage():
+    """(user CPU s, system CPU s, minor page faults) of this process so far, all its threads."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_minflt
+
+
+def _per_call(sums, n: int) -> Dict[str, float]:
+    return {"user_s": sums[0] / n, "sys_s": sums[1] / n, "minflt": sums[2] / n}
+
+
+def time_in_process(preps: Dict[str, Prepared], G: torch.Tensor, reps: int, warm_mb: float, warmup: int = 1,
+                    budget_s: float = 1.0, max_reps: int = 9,
+                    cpu_time: bool = False) -> Dict[str, object]:
+    """Every method of a case side by side in this one process, as a training script runs
+    them: after `check` (each method's first call), allocate_like_training(warm_mb) and
+    `warmup` untimed forward + backward steps of each method in turn; then interleaved
+    rounds: round r times method 1's forward, then its training step (forward, then
+    autograd.grad, split at the end of the forward: backward and forward+backward, as
+    time_method), then method 2's, ..., so that drift and other load hit every method
+    alike.  At least `reps` rounds, more (up to `max_reps`) where a round is cheap, so
+    that the rounds take about `budget_s`.  Per method: the medians and mins, and per
+    call of each phase the process's user and system CPU time and minor page faults
+    (getrusage over the same window as the clock: the call, not the freeing of its
+    result).  Returns {"warm_up": ..., "rounds": n, "methods": {name: ...}}."""
+    clock = time.process_time if cpu_time else time.perf_counter
+    warm = allocate_like_training(warm_mb)
+    t_round = 0.0
+    for _ in range(warmup):
+        t0 = clock()
+        for prep in preps.values():
+            C = prep.fn(*prep.leaves)
+            if prep.bwd_skip is None:
+                torch.autograd.grad(C, prep.leaves, G)
+            del C
+        t_round = clock() - t0
+    n = reps if t_round <= 0 else int(min(max_reps, max(reps, budget_s / t_round)))
+    ts = {name: {"fwd": [], "bwd": [], "fwdbwd": []} for name in preps}
+    use = {name: {"fwd": [0.0, 0.0, 0], "fwdbwd": [0.0, 0.0, 0]} for name in preps}
+    for _ in range(n):
+        for name, prep in preps.items():
+            fn, leaves = prep.fn, prep.leaves
+            u0 = _usage()
+            t0 = clock()
+            C = fn(*leaves)
+            t1 = clock()
+            u1 = _usage()
+            del C
+            ts[name]["fwd"].append(t1 - t0)
+            use[name]["fwd"] = [a + (b - c) for a, b, c in zip(use[name]["fwd"], u1, u0)]
+            if prep.bwd_skip is not None:
+                continue
+            u0 = _usage()
+            t0 = clock()
+            C = fn(*leaves)
+            t1 = clock()
+            grads = torch.autograd.grad(C, leaves, G)
+            t2 = clock()
+            u1 = _usage()
+            del C, grads
+            ts[name]["bwd"].append(t2 - t1)
+            ts[name]["fwdbwd"].append(t2 - t0)
+            use[name]["fwdbwd"] = [a + (b - c) for a, b, c in zip(use[name]["fwdbwd"], u1, u0)]
+    out = {}
+    for name, prep in preps.items():
+        res = {"fwd": _stats(ts[name]["fwd"]), "usage": {"fwd": _per_call(use[name]["fwd"], n)}}
+        if prep.bwd_skip is None:
+            res.update(bwd=_stats(ts[name]["bwd"]), fwdbwd=_stats(ts[name]["fwdbwd"]))
+            res["usage"]["fwdbwd"] = _per_call(use[name]["fwdbwd"], n)
+        else:
+            res["bwd"] = res["fwdbwd"] = prep.bwd_skip
+        out[name] = res
+    return {"warm_up": warm, "rounds": n, "methods": out}
+
+
+def interleaved(steps: Dict[str, Callable[[], object]], rounds: int, warm_mb: float, warmup: int = 1,
+                cpu_time: bool = False, after: Optional[Callable[[str], None]] = None) -> Dict[str, object]:
+    """Whole steps of several methods (e.g. a layer's training step) side by side in this
+    process, as time_in_process times a Prepared's calls: allocate_like_training(warm_mb),
+    `warmup` untimed rounds, then `rounds` rounds, each calling every step once, in turn.
+    What a step returns is freed after its clock stops, and after(name) (e.g. an optimizer's
+    update) runs then too, outside the timed window.  Per name: median, min and runs,
+    and per step the process's user and system CPU time and minor page faults.  Returns
+    {"warm_up": ..., "rounds": rounds, "methods": {name: ...}}."""
+    clock = time.process_time if cpu_time else time.perf_counter
+    warm = allocate_like_training(warm_mb)
+    for _ in range(warmup):
+        for name, step in steps.items():
+            step()
+            if after:
+                after(name)
+    ts = {name: [] for name in steps}
+    use = {name: [0.0, 0.0, 0] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            u0 = _usage()
+            t0 = clock()
+            res = step()
+            t1 = clock()
+            u1 = _usage()
+            del res
+            if after:
+                after(name)
+            ts[name].append(t1 - t0)
+            use[name] = [a + (b - c) for a, b, c in zip(use[name], u1, u0)]
+    return {"warm_up": warm, "rounds": rounds,
+            "methods": {name: dict(_stats(ts[name]), usage=_per_call(use[name], rounds)) for name in steps}}
 
 
 # --------------------------------------------------------------------------- memory

@@ -1,5 +1,5 @@
 """The run modes every benchmark script takes, in one place: full (the default), ``--quick``
-and ``--smoke``.
+and ``--smoke``; and ``--timing`` (fresh worker, in one process, or both).
 
 ``--quick`` is each script's small grid (the committed ``*_quick`` results and the pages
 that cite them were made with it).  ``--smoke`` is CI's check that a script still works,
@@ -21,6 +21,10 @@ SMOKE_HELP = ("CI's smoke run: the smallest inputs through every code path, one 
 SMOKE_REPS = 1                 # timed repetitions per phase
 SMOKE_WARMUP = 0               # warm-up runs beyond the correctness run
 SMOKE_LOAD_SAMPLE_S = 0.05     # seconds of /proc/stat sampling for the machine's background load
+# in one process, side by side (_harness.time_in_process): the MB its warm-up allocates and
+# frees like a training step; the smoke mode's still holds one block over glibc's 32 MiB
+WARM_MB = 384
+SMOKE_WARM_MB = 48
 
 
 def add_mode_args(ap: argparse.ArgumentParser, quick_help: str = None) -> None:
@@ -28,6 +32,18 @@ def add_mode_args(ap: argparse.ArgumentParser, quick_help: str = None) -> None:
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--quick", action="store_true", help=quick_help)
     group.add_argument("--smoke", action="store_true", help=SMOKE_HELP)
+
+
+TIMINGS = ("both", "fresh", "in-process")
+
+
+def add_timing_arg(ap: argparse.ArgumentParser, fresh: str) -> None:
+    """--timing: how the methods are timed against each other; `fresh` says what the
+    script's own-loop timing is (a fresh worker, or its driver process)."""
+    ap.add_argument("--timing", choices=TIMINGS, default="both",
+                    help=f"fresh: {fresh}; in-process: all methods of a case side by side in one used process "
+                         "(a training-like allocation first), interleaved round by round, with CPU time and page "
+                         "faults per call; both (the default): the two, reported side by side")
 
 
 def mode_of(args: argparse.Namespace) -> str:

@@ -1,15 +1,25 @@
 """The driver shared by benchmarks/indexed_matmul.py, benchmarks/sparse_logsumexp.py,
-benchmarks/reduce.py and benchmarks/sparse_softmax.py.
+benchmarks/reduce.py, benchmarks/sparse_softmax.py and benchmarks/spgemm.py.
 
 Every method runs in a _ops_worker.py subprocess: ours and the PyTorch
 formulations with this interpreter, the published release (where the op has one)
-with its venv's (created by benchmarks/sparse_mm.py's ensure_published), each
-case's peak memory in a fresh process (in the smoke mode, one worker process does
-both, once).  Results go to ``<out>/<name>_<mode>.json``
-and ``.md`` (and with plot, ``.png``): medians of forward, backward and
-forward+backward, the ratios of the compared methods' times to ours, and peak
-memory against the necessary amount (output + gradients).  Timings are never
-asserted.
+with its venv's (created by benchmarks/sparse_mm.py's ensure_published).  Each
+method is timed two ways (``--timing``, default both), in separate workers:
+
+* fresh worker: the methods one after another in a worker started for the case (full
+  mode) or the run, each timed in its own loops (_harness.time_method);
+* in one process, side by side: all of ours and the PyTorch formulations in one worker,
+  after a warm-up that allocates and frees like a training step, timed in interleaved
+  rounds, with each call's user and system CPU time and minor page faults
+  (_harness.time_in_process): what a training script that has already allocated sees.
+  The published release shares our import name, so it is timed in a fresh worker only.
+
+Each case's peak memory is measured in a fresh process; in the smoke mode one worker per
+interpreter does all of it, once.  Results go to ``<out>/<name>_<mode>.json``
+and ``.md`` (and with plot, ``.png``, of the fresh worker's times): medians of forward,
+backward and forward+backward, the ratios of the compared methods' times to ours in both
+ways, and peak memory against the necessary amount (output + gradients).  Timings are
+never asserted.
 """
 import argparse
 import json
@@ -47,12 +57,36 @@ def run_worker(python: str, job: dict, memory: bool, timeout: float = 1800) -> d
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def _runs(pub_py: Optional[str], local: List[str], fresh: bool, side: bool, memory: bool, smoke: bool) -> list:
+    """(interpreter, methods, phases) of each worker a batch of cases takes: ours and the
+    published release each timed on its own ("time"), ours side by side in one process
+    ("in-process": the release shares our import name, so it cannot join them), peak
+    memory ("memory"); in the smoke mode one worker per interpreter does its phases in turn."""
+    pub = [(pub_py, ["published"])] if pub_py else []
+    runs = [(py, ms, ["time"]) for py, ms in [(sys.executable, local)] + pub] if fresh else []
+    runs += [(sys.executable, local, ["in-process"])] if side else []
+    runs += [(py, ms, ["memory"]) for py, ms in [(sys.executable, local)] + pub] if memory else []
+    if smoke:
+        merged: Dict[str, tuple] = {}
+        for py, ms, phases in runs:
+            merged.setdefault(py, (ms, []))[1].extend(phases)
+        runs = [(py, ms, phases) for py, (ms, phases) in merged.items()]
+    return runs
+
+
 def _ms(t) -> str:
     return f"{t['median_s'] * 1e3:.1f}" if isinstance(t, dict) else "-"
 
 
 def _row_line(row: dict) -> str:
     head = f"case {row['case']:<3} {row['method']:<10}"
+    if "in_process" in row:
+        ip = row["in_process"]
+        if "skip" in ip or "error" in ip:
+            return head + " in one process: " + (ip.get("skip") or "ERROR " + ip["error"])[:80]
+        ok = "ok" if ip["check"]["ok"] else f"WRONG {ip['check']}"
+        return (head + f" in one process: fwd {_ms(ip['fwd'])} ms  bwd {_ms(ip['bwd'])} ms  "
+                f"fwd+bwd {_ms(ip['fwdbwd'])} ms  {ip['usage']['fwd']['minflt']:.0f} faults/fwd  {ok}")
     if "skip" in row or "error" in row:
         return head + " " + (row.get("skip") or "ERROR " + row["error"])[:100]
     if "memory" in row and "timing" not in row:
@@ -80,6 +114,8 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--cpu-time", action="store_true",
                     help="time the process's CPU time, not the wall clock (a machine shared with other work)")
+    _modes.add_timing_arg(ap, "each method on its own loops, one after another, in a worker started for the "
+                              "case (full mode) or the run")
     args = ap.parse_args(argv)
     if not published:
         args.no_published = True
@@ -98,26 +134,28 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
 
     smoke = mode == "smoke"
     job = {"reps": _modes.SMOKE_REPS if smoke else max(5, args.reps), "threads": args.threads,
-           "cpu_time": args.cpu_time, "warmup": _modes.SMOKE_WARMUP if smoke else 1, "smoke": smoke}
+           "cpu_time": args.cpu_time, "warmup": _modes.SMOKE_WARMUP if smoke else 1, "smoke": smoke,
+           "warm_mb": _modes.SMOKE_WARM_MB if smoke else _modes.WARM_MB}
+    fresh, side = args.timing != "in-process", args.timing != "fresh"
     recs: Dict[tuple, dict] = {}
     # The quick and smoke modes start each worker once for all cases; the full mode once per case.
     for batch in [cases] if mode != "full" else [[c] for c in cases]:
         print(f"[{time.time() - t0:5.0f}s] " + "; ".join(f"case {c['id']}: {c['label']}" for c in batch), flush=True)
-        runs = [(sys.executable, local, "time")] + ([(pub_py, ["published"], "time")] if pub_py else [])
-        if not args.no_memory:
-            runs += [(sys.executable, local, "memory")] + ([(pub_py, ["published"], "memory")] if pub_py else [])
-        if smoke:       # one worker per interpreter: timing, then each method's peak memory in the same process
-            runs = [(py, ms, "time" if args.no_memory else "both") for py, ms, kind in runs if kind == "time"]
-        for python, methods, kind in runs:
-            memory = kind != "time"
+        for python, methods, phases in _runs(pub_py, local, fresh, side, not args.no_memory, smoke):
+            memory = "memory" in phases
             repo = os.path.dirname(HERE) if python == sys.executable else None
-            out = run_worker(python, dict(job, cases=batch, methods=methods, repo=repo, mode=kind), memory)
+            out = run_worker(python, dict(job, cases=batch, methods=methods, repo=repo, phases=phases), memory)
             for case in batch:
                 for m in methods:
-                    recs.setdefault((case["id"], m), {"case": case["id"], "label": case["label"], "op": case["op"],
-                                                      "params": case["params"], "method": m})
+                    r = recs.setdefault((case["id"], m), {"case": case["id"], "label": case["label"],
+                                                          "op": case["op"], "params": case["params"], "method": m})
                     if "error" in out:
-                        recs[(case["id"], m)]["memory_error" if kind == "memory" else "error"] = out["error"]
+                        if "time" in phases:
+                            r["error"] = out["error"]
+                        if "memory" in phases:
+                            r["memory_error"] = out["error"]
+                        if "in-process" in phases:
+                            r["in_process"] = {"error": out["error"]}
             for row in out.get("results", []):
                 r = recs[(row["case"], row["method"])]
                 r.update({k: v for k, v in row.items() if k not in ("case", "method", "traceback")})
@@ -130,9 +168,12 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     machine["background_cpus_busy_end"] = background_load(_modes.load_sample_s(mode))
     results = list(recs.values())
     summary = ratios(results, local[0], compare)
+    summary_in_process = ratios(results, local[0], compare, key="in_process") if side else []
     out_doc = {"name": name, "mode": mode, "machine": machine, "published": {"available": bool(pub_py),
                "detail": pub_msg}, "threads": args.threads, "reps": job["reps"], "elapsed_s": time.time() - t0,
                "cases": cases, "results": results, "compare": list(compare), "ratios": summary,
+               "ratios_in_process": summary_in_process, "timing": args.timing,
+               "warm_mb": job["warm_mb"],
                "clock": "process CPU time" if args.cpu_time else "wall"}
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, f"{name}_{mode}")
@@ -149,14 +190,21 @@ def main(name: str, doc: str, grids: Dict[str, List[dict]], local: List[str], ar
     return 0
 
 
-def _median(r: dict, phase: str) -> Optional[float]:
-    t = r.get("timing", {}).get(phase)
+def _median(r: dict, phase: str, key: str = "timing") -> Optional[float]:
+    """The median of a phase, fresh worker (key "timing") or in one process ("in_process");
+    None where the method was not timed or failed its check."""
+    if key == "in_process":
+        r = r.get("in_process", {})
+        t = r.get(phase)
+    else:
+        t = r.get("timing", {}).get(phase)
     return t["median_s"] if isinstance(t, dict) and r.get("check", {}).get("ok") else None
 
 
-def ratios(results: List[dict], ours: str, compare: Sequence[str]) -> List[dict]:
-    """Per case: fwd+bwd (and fwd) time of the methods `compare` over ours, and ours' peak
-    over necessary."""
+def ratios(results: List[dict], ours: str, compare: Sequence[str], key: str = "timing") -> List[dict]:
+    """Per case: fwd+bwd (and fwd) time of the methods `compare` over ours, each timed in a
+    fresh worker (key "timing") or side by side in one process ("in_process"), and ours'
+    peak over necessary."""
     by_case: Dict[int, Dict[str, dict]] = {}
     for r in results:
         by_case.setdefault(r["case"], {})[r["method"]] = r
@@ -166,7 +214,7 @@ def ratios(results: List[dict], ours: str, compare: Sequence[str]) -> List[dict]
         row = {"case": cid, "label": mine.get("label", "")}
         for other in compare:
             for phase in ("fwdbwd", "fwd"):
-                a, b = _median(mine, phase), _median(ms.get(other, {}), phase)
+                a, b = _median(mine, phase, key), _median(ms.get(other, {}), phase, key)
                 row[f"{other}_over_ours_{phase}"] = b / a if a and b else None
         mem = mine.get("memory")
         row["ours_peak_over_necessary"] = (mem["peak_bytes"] / mem["necessary_bytes"]
@@ -179,39 +227,96 @@ def _x(v) -> str:
     return f"{v:.2f}x" if isinstance(v, (int, float)) else "-"
 
 
+def _check_cell(r: dict) -> str:
+    if "check" in r:
+        return "ok" if r["check"]["ok"] else "WRONG " + ", ".join(
+            f"{k}={v:.1e}" for k, v in r["check"].items() if k.startswith("err"))
+    return (r.get("skip") or r.get("error") or r.get("unavailable") or "")[:80]
+
+
+def _usage_cells(ip: dict, phase: str) -> str:
+    """CPU ms per call (user + system) and minor page faults per call, in one process."""
+    u = ip.get("usage", {}).get(phase)
+    if not u:
+        return "- | -"
+    return f"{u['user_s'] * 1e3:.1f} + {u['sys_s'] * 1e3:.1f} | {u['minflt']:.0f}"
+
+
 def markdown(doc: dict, local: List[str]) -> str:
     m = doc["machine"]
+    timing = doc.get("timing", "fresh")
+    cpu = " (process CPU time, all threads, not the wall clock)" if doc.get("clock") == "process CPU time" else ""
     lines = [f"# {doc['name']} benchmarks ({doc['mode']})", "",
              f"{m['cpu']}, {m['cores']} cores, {doc['threads']} threads, torch {m['torch']}; other load "
              f"{m['background_cpus_busy_start']:.2f} / {m['background_cpus_busy_end']:.2f} CPUs busy at start / end. "
-             f"Median of >= {doc['reps']} runs after a warm-up"
-             f"{' (process CPU time, all threads, not the wall clock)' if doc.get('clock') == 'process CPU time' else ''}"
-             f"; every method checked against a float64 reference "
-             f"first (rows that fail are marked). Published release: {doc['published']['detail']}.", "",
-             "| case | method | fwd ms | bwd ms | fwd+bwd ms | peak MB | necessary MB | check |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+             f"Every method checked against a float64 reference first (rows that fail are marked). "
+             f"Published release: {doc['published']['detail']}.", ""]
     order = local + ["published"]
-    for r in sorted(doc["results"], key=lambda r: (r["case"], order.index(r["method"]))):
-        t = r.get("timing", {})
-        mem = r.get("memory", {})
-        if "check" in r:
-            check = "ok" if r["check"]["ok"] else "WRONG " + ", ".join(
-                f"{k}={v:.1e}" for k, v in r["check"].items() if k.startswith("err"))
-        else:
-            check = (r.get("skip") or r.get("error") or r.get("unavailable") or "")[:80]
-        peak = f"{mem['peak_bytes'] / 1e6:.0f}" if mem else "-"
-        need = f"{mem['necessary_bytes'] / 1e6:.0f}" if mem else "-"
-        lines.append(f"| {r['label']} | {r['method']} | {_ms(t.get('fwd'))} | {_ms(t.get('bwd'))} | "
-                     f"{_ms(t.get('fwdbwd'))} | {peak} | {need} | {check} |")
+    results = sorted(doc["results"], key=lambda r: (r["case"], order.index(r["method"])))
     compare = doc.get("compare", ["published", "plain"])
-    lines += ["", f"Ratios (time of the other method / time of `{local[0]}`; peak memory of `{local[0]}` "
-              "over what must exist: output + gradients):", "",
-              "| case | " + " | ".join(f"{c} fwd+bwd | {c} fwd" for c in compare) + " | ours peak / necessary |",
-              "|---|" + "---:|---:|" * len(compare) + "---:|"]
-    for r in doc["ratios"]:
-        cells = " | ".join(f"{_x(r[f'{c}_over_ours_fwdbwd'])} | {_x(r[f'{c}_over_ours_fwd'])}" for c in compare)
-        lines.append(f"| {r['label']} | {cells} | {_x(r['ours_peak_over_necessary'])} |")
-    return "\n".join(lines) + "\n"
+    if timing != "in-process":
+        lines += ["## Fresh worker", "",
+                  f"Each method on its own, the methods one after another in a worker process started for "
+                  f"the case (full mode) or for the run (quick, smoke), each timed in its own loops (forward "
+                  f"alone, then forward + backward steps) after its correctness run and a warm-up step: "
+                  f"median of >= {doc['reps']} runs{cpu}.  Peak memory: fresh processes, glibc's mmap threshold "
+                  f"fixed at 64 KiB.", "",
+                  "| case | method | fwd ms | bwd ms | fwd+bwd ms | peak MB | necessary MB | check |",
+                  "|---|---|---:|---:|---:|---:|---:|---|"]
+        for r in results:
+            if "timing" not in r and "memory" not in r and not any(k in r for k in ("skip", "error", "unavailable")):
+                continue
+            t, mem = r.get("timing", {}), r.get("memory", {})
+            peak = f"{mem['peak_bytes'] / 1e6:.0f}" if mem else "-"
+            need = f"{mem['necessary_bytes'] / 1e6:.0f}" if mem else "-"
+            lines.append(f"| {r['label']} | {r['method']} | {_ms(t.get('fwd'))} | {_ms(t.get('bwd'))} | "
+                         f"{_ms(t.get('fwdbwd'))} | {peak} | {need} | {_check_cell(r)} |")
+        lines += ["", f"Ratios, fresh worker (time of the other method / time of `{local[0]}`; peak memory of "
+                  f"`{local[0]}` over what must exist: output + gradients):", "",
+                  "| case | " + " | ".join(f"{c} fwd+bwd | {c} fwd" for c in compare) + " | ours peak / necessary |",
+                  "|---|" + "---:|---:|" * len(compare) + "---:|"]
+        for r in doc["ratios"]:
+            cells = " | ".join(f"{_x(r[f'{c}_over_ours_fwdbwd'])} | {_x(r[f'{c}_over_ours_fwd'])}" for c in compare)
+            lines.append(f"| {r['label']} | {cells} | {_x(r['ours_peak_over_necessary'])} |")
+        lines.append("")
+    if timing != "fresh":
+        warm = next((r["in_process"]["warm_up"] for r in results if "warm_up" in r.get("in_process", {})), None)
+        rounds = sorted({r["in_process"]["rounds"] for r in results if "rounds" in r.get("in_process", {})})
+        lines += ["## In one process, side by side", "",
+                  f"All of a case's methods in one worker process, as a training script runs them: each checked "
+                  f"(its first call), then a warm-up that allocates and frees "
+                  f"{warm['allocated_mb'] if warm else doc.get('warm_mb', '?'):.0f} MB in tensors of assorted sizes "
+                  f"up to {warm['largest_mib'] if warm else '?'} MiB (some over the 32 MiB above which glibc maps "
+                  f"every block fresh from the OS) and one untimed forward + backward of each; then interleaved "
+                  f"rounds ({'-'.join(str(n) for n in sorted({rounds[0], rounds[-1]})) if rounds else '?'} of them"
+                  f"{', one timed run each: the numbers mean nothing' if doc['mode'] == 'smoke' else ''}): "
+                  f"each round times every method's forward, then its forward + backward, in turn, so that drift "
+                  f"and other load hit all alike.  Medians{cpu}; CPU: user + system ms per call of the whole "
+                  f"process (all threads, getrusage); faults: minor page faults per call.", "",
+                  "| case | method | fwd ms | bwd ms | fwd+bwd ms | fwd CPU ms (user + sys) | fwd faults | "
+                  "fwd+bwd CPU ms (user + sys) | fwd+bwd faults | check |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for r in results:
+            ip = r.get("in_process")
+            if ip is None:
+                continue
+            lines.append(f"| {r['label']} | {r['method']} | {_ms(ip.get('fwd'))} | {_ms(ip.get('bwd'))} | "
+                         f"{_ms(ip.get('fwdbwd'))} | {_usage_cells(ip, 'fwd')} | {_usage_cells(ip, 'fwdbwd')} | "
+                         f"{_check_cell(ip)} |")
+        fresh = {r["case"]: r for r in doc.get("ratios", [])} if timing == "both" else {}
+
+        def cell(r, c, phase):
+            v, f = r[f"{c}_over_ours_{phase}"], fresh.get(r["case"], {}).get(f"{c}_over_ours_{phase}")
+            return _x(v) + (f" ({_x(f)})" if fresh and (v or f) else "")
+        lines += ["", f"Ratios, in one process (time of the other method / time of `{local[0]}`"
+                  + ("; the fresh worker's in parentheses" if fresh else "") + "):", "",
+                  "| case | " + " | ".join(f"{c} fwd+bwd | {c} fwd" for c in compare) + " |",
+                  "|---|" + "---:|---:|" * len(compare)]
+        for r in doc["ratios_in_process"]:
+            lines.append(f"| {r['label']} | " + " | ".join(f"{cell(r, c, 'fwdbwd')} | {cell(r, c, 'fwd')}"
+                                                          for c in compare) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def plot_times(doc: dict, local: List[str], path: str) -> Optional[str]:
@@ -224,19 +329,21 @@ def plot_times(doc: dict, local: List[str], path: str) -> Optional[str]:
     except ImportError:
         print("matplotlib is not installed (pip install matplotlib, or the project's [bench] extra): no plot")
         return None
+    key = "in_process" if doc.get("timing") == "in-process" else "timing"
     labels = [c["label"] for c in doc["cases"]]
     by = {(r["case"], r["method"]): r for r in doc["results"]}
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.6 * len(labels)), 4.5), sharey=True)
     width = 0.8 / len(local)
     for ax, phase, title in zip(axes, ("fwd", "fwdbwd"), ("forward", "forward + backward")):
         for k, method in enumerate(local):
-            ts = [_median(by.get((c["id"], method), {}), phase) for c in doc["cases"]]
+            ts = [_median(by.get((c["id"], method), {}), phase, key) for c in doc["cases"]]
             ax.bar([i + k * width for i in range(len(labels))], [t * 1e3 if t else 0 for t in ts], width,
                    label=method)
         ax.set_xticks([i + width * (len(local) - 1) / 2 for i in range(len(labels))])
         ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
         ax.set_yscale("log")
-        ax.set_title(f"{title}: median ms, {doc['threads']} threads", fontsize=10)
+        ax.set_title(f"{title}: median ms, {'in one process' if key == 'in_process' else 'fresh worker'}, "
+                     f"{doc['threads']} threads", fontsize=10)
     axes[0].set_ylabel("ms")
     axes[0].legend(fontsize=8)
     fig.tight_layout()

@@ -10,9 +10,12 @@ formulation, and peak memory in a fresh process) or with the interpreter of the
 published release's venv (whose ``torchsparsegradutils`` shares our import name).
 It loads _harness.py by file path, so nothing of this repository is on sys.path.
 
-Job keys: mode ("time" | "memory" | "both": each method timed, then its peak memory
-measured in the same process, the smoke mode's one worker), cases (each: id, op, params),
-methods, reps, warmup (default 1), threads, smoke (freeze the garbage collector's
+Job keys: phases (a list of "time": each method checked, then timed on its own, one after
+another; "memory": each method's peak memory; "in-process": all methods of a case checked,
+then timed side by side in this process, interleaved round by round after a warm-up that
+allocates like a training step, _harness.time_in_process; the smoke mode's one worker
+takes all three), cases (each: id, op, params), methods, reps, warmup (default 1),
+warm_mb (the in-process warm-up's allocation), threads, smoke (freeze the garbage collector's
 generations after the imports: _harness.freeze_gc), and repo (put first on sys.path: the repository whose
 ``torchsparsegradutils`` is "ours"; absent for the published release).  Methods: "ours", "ours COO" (logsumexp on a torch COO tensor),
 "published" (whatever ``torchsparsegradutils`` this interpreter imports) and
@@ -441,6 +444,64 @@ def check(prep, inp, ref) -> dict:
 
 # --------------------------------------------------------------------------- worker
 
+def _fail(row: dict, e: Exception) -> None:
+    if isinstance(e, H.Skip):
+        row["skip"] = str(e)
+    else:
+        row["error"] = f"{type(e).__name__}: {e}"
+        row["traceback"] = traceback.format_exc(limit=3)
+
+
+def one_by_one(job: dict, case: dict, inp: dict, ref, phases) -> list:
+    """Each method on its own, one after another: checked and timed ("time"), its peak
+    memory ("memory"); a row per method."""
+    rows = []
+    for name in job["methods"]:
+        row = {"case": case["id"], "method": name}
+        try:
+            prep = prepare(name, case["op"], case["params"], inp)
+            if "time" in phases:
+                row["check"] = check(prep, inp, ref)
+                row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=job.get("warmup", 1),
+                                              budget_s=1.0, max_reps=9, cpu_time=job.get("cpu_time", False))
+            if "memory" in phases:
+                row["memory"] = H.peak_memory(prep, inp["G"])
+                row["memory"]["necessary_bytes"] = necessary_bytes(case["op"], case["params"], inp)
+            del prep
+        except Exception as e:  # noqa: BLE001 - reported, not hidden
+            _fail(row, e)
+        rows.append(row)
+        print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
+    return rows
+
+
+def side_by_side(job: dict, case: dict, inp: dict, ref) -> list:
+    """All methods of the case in this process: each checked, then timed side by side
+    (_harness.time_in_process); a row per method, everything under its "in_process"."""
+    rows, preps = {}, {}
+    for name in job["methods"]:
+        rows[name] = {"case": case["id"], "method": name, "in_process": {}}
+        try:
+            prep = prepare(name, case["op"], case["params"], inp)
+            rows[name]["in_process"]["check"] = check(prep, inp, ref)
+            preps[name] = prep
+        except Exception as e:  # noqa: BLE001 - reported, not hidden
+            _fail(rows[name]["in_process"], e)
+    if preps:
+        try:
+            t = H.time_in_process(preps, inp["G"], job["reps"], job["warm_mb"], warmup=job.get("warmup", 1),
+                                  cpu_time=job.get("cpu_time", False))
+            for name, res in t["methods"].items():
+                rows[name]["in_process"].update(res, rounds=t["rounds"], warm_up=t["warm_up"])
+        except Exception as e:  # noqa: BLE001 - reported, not hidden
+            for name in preps:
+                _fail(rows[name]["in_process"], e)
+    del preps
+    for row in rows.values():
+        print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
+    return list(rows.values())
+
+
 def main() -> None:
     job = json.loads(sys.stdin.read())
     H.env_threads(job["threads"])
@@ -449,29 +510,15 @@ def main() -> None:
     import torchsparsegradutils as tsgu
     if job.get("smoke"):
         H.freeze_gc()
+    phases = set(job["phases"])
     out = {"module_file": tsgu.__file__, "torch": torch.__version__, "results": []}
     for case in job["cases"]:
         inp = make_inputs(case["op"], case["params"])
-        ref = reference(case["op"], case["params"], inp) if job["mode"] != "memory" else None
-        for name in job["methods"]:
-            row = {"case": case["id"], "method": name}
-            try:
-                prep = prepare(name, case["op"], case["params"], inp)
-                if job["mode"] != "memory":
-                    row["check"] = check(prep, inp, ref)
-                    row["timing"] = H.time_method(prep, inp["G"], job["reps"], warmup=job.get("warmup", 1),
-                                                  budget_s=1.0, max_reps=9, cpu_time=job.get("cpu_time", False))
-                if job["mode"] != "time":
-                    row["memory"] = H.peak_memory(prep, inp["G"])
-                    row["memory"]["necessary_bytes"] = necessary_bytes(case["op"], case["params"], inp)
-                del prep
-            except H.Skip as e:
-                row["skip"] = str(e)
-            except Exception as e:  # noqa: BLE001 - reported, not hidden
-                row["error"] = f"{type(e).__name__}: {e}"
-                row["traceback"] = traceback.format_exc(limit=3)
-            out["results"].append(row)
-            print(json.dumps({"progress": row}), file=sys.stderr, flush=True)
+        ref = reference(case["op"], case["params"], inp) if phases & {"time", "in-process"} else None
+        if phases & {"time", "memory"}:
+            out["results"] += one_by_one(job, case, inp, ref, phases)
+        if "in-process" in phases:
+            out["results"] += side_by_side(job, case, inp, ref)
         del inp, ref
     print(json.dumps(out), flush=True)
 

@@ -43,7 +43,10 @@ def derive(r: dict, bw: Dict[str, float]) -> None:
 
 
 def grid_notes(mode: str) -> List[str]:
-    notes = ["Timings: median (min) of >= 5 runs after a correctness run and one warm-up, in ms.",
+    notes = ["Timings: median (min) of >= 5 runs after a correctness run and one warm-up, in ms; each method on "
+             "its own loops, one after another (ours and PyTorch's in the suite's process, the published release "
+             "in a fresh worker); with --timing both (the default) or in-process, the last section times them "
+             "side by side in one process.",
              "Bytes model per forward: nnz*(index+value) + nnz*p*itemsize + n*p*itemsize, with the case's "
              "CSR index size for every method.",
              "Peak memory: one fresh process per matrix, high-water mark reset (/proc/self/clear_refs) before "
@@ -236,6 +239,89 @@ def full_table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------- in one process
+
+def _ip_med(r: dict, phase: str) -> Optional[float]:
+    """The median of a phase timed side by side in one process (None: not timed)."""
+    t = (r.get("in_process") or {}).get(phase)
+    return t["median_s"] if isinstance(t, dict) else None
+
+
+def _ip_ms(r: dict, phase: str) -> str:
+    ip = r.get("in_process") or {}
+    return _ms({"timing": ip, "skip": ip.get("skip"), "error": ip.get("error")}, phase) if ip else "-"
+
+
+def _both(num: dict, den: dict, phase: str) -> str:
+    """num / den in one process, with the same ratio of the methods on their own in parentheses."""
+    a, b = _ratio(_ip_med(num, phase), _ip_med(den, phase)), _ratio(_med(num, phase), _med(den, phase))
+    return a if b == "-" else f"{a} ({b})"
+
+
+def _faults(r: dict, phase: str) -> str:
+    u = ((r.get("in_process") or {}).get("usage") or {}).get(phase)
+    return f"{u['minflt']:.0f}" if u else "-"
+
+
+def in_process_headline(doc: dict) -> str:
+    """float32, int64 indices, side by side in one process; ratios on their own in parentheses."""
+    cases = _index(doc["results"])
+    hdr = ("| matrix | p | ours CSR fwd | torch CSR fwd | fwd speedup | ours CSR bwd | torch CSR bwd | "
+           "bwd vs torch | gather bwd | bwd vs gather | ours CSR fwd+bwd | faults / fwd: ours CSR | torch CSR |")
+    lines = [hdr, "|" + "---|" * (hdr.count("|") - 1)]
+    for key, ms in cases.items():
+        if (key[2], key[3]) != HEADLINE:
+            continue
+        ours, gather = ms.get("ours CSR", {}), ms.get("gather", {})
+        tcsr, tag = ms.get("torch CSR", {}), ""
+        if not _ip_med(tcsr, "fwd") and _ip_med(ms.get("torch loop", {}), "fwd"):
+            tcsr, tag = ms["torch loop"], " (loop)"
+        lines.append(f"| {key[0]} | {key[1]} | {_ip_ms(ours, 'fwd')} | {_ip_ms(tcsr, 'fwd')}{tag} | "
+                     f"{_both(tcsr, ours, 'fwd')} | {_ip_ms(ours, 'bwd')} | {_ip_ms(tcsr, 'bwd')}{tag} | "
+                     f"{_both(tcsr, ours, 'bwd')} | {_ip_ms(gather, 'bwd')} | {_both(gather, ours, 'bwd')} | "
+                     f"{_ip_ms(ours, 'fwdbwd')} | {_faults(ours, 'fwd')} | {_faults(tcsr, 'fwd')} |")
+    return "\n".join(lines)
+
+
+def in_process_table(doc: dict) -> str:
+    """Every case and method side by side in one process: medians, CPU time and faults per call."""
+    hdr = ("| case | method | fwd ms | bwd ms | fwd+bwd ms | fwd CPU ms (user + sys) | fwd faults | "
+           "fwd+bwd CPU ms (user + sys) | fwd+bwd faults | check |")
+    lines = [hdr, "|" + "---|" * (hdr.count("|") - 1)]
+    for r in doc["results"]:
+        ip = r.get("in_process")
+        if not ip or (ip.get("skip") and r["method"] == "torch loop" and len(r["shape"]) != 3):
+            continue
+        name = f"{r['matrix']} p={r['p']} {r['dtype']}/{r['index_dtype']}"
+        if ip.get("skip") or ip.get("error"):
+            lines.append(f"| {name} | {r['method']} | {ip.get('skip') or ip.get('error')} ||||||||")
+            continue
+        use = ip.get("usage", {})
+        cells = []
+        for phase in ("fwd", "fwdbwd"):
+            u = use.get(phase)
+            cells.append(f"{u['user_s'] * 1e3:.3g} + {u['sys_s'] * 1e3:.3g} | {u['minflt']:.0f}" if u else "- | -")
+        chk = ip.get("check") or {}
+        lines.append(f"| {name} | {r['method']} | {_ip_ms(r, 'fwd')} | {_ip_ms(r, 'bwd')} | {_ip_ms(r, 'fwdbwd')} | "
+                     f"{cells[0]} | {cells[1]} | {'ok' if chk.get('ok') else '**WRONG**'} |")
+    return "\n".join(lines)
+
+
+def in_process_notes(doc: dict) -> List[str]:
+    warm = next((r["in_process"]["warm_up"] for r in doc["results"] if "warm_up" in (r.get("in_process") or {})),
+                None)
+    rounds = sorted({r["in_process"]["rounds"] for r in doc["results"] if "rounds" in (r.get("in_process") or {})})
+    return [f"All methods of a case side by side in the suite's own process, as a training script runs them: "
+            f"each checked (its first call), then a warm-up that allocates and frees "
+            f"{warm['allocated_mb'] if warm else 0:.0f} MB in tensors of assorted sizes up to "
+            f"{warm['largest_mib'] if warm else '?'} MiB (some over the 32 MiB above which glibc maps every block "
+            f"fresh from the OS) and one untimed forward + backward of each, then interleaved rounds "
+            f"({'-'.join(str(n) for n in sorted({rounds[0], rounds[-1]})) if rounds else '?'} of them): each round "
+            f"times every method's forward, then its forward + backward, in turn, so that drift and other load hit "
+            f"all alike.  Ratios in parentheses: the same methods each on its own (the tables above).  CPU: user + "
+            f"system ms per call of the whole process (all threads, getrusage); faults: minor page faults per call."]
+
+
 def markdown(doc: dict) -> str:
     m, bw = doc["machine"], doc["bandwidth"]
     pub = doc["published"]
@@ -257,6 +343,10 @@ def markdown(doc: dict) -> str:
            headline_table(doc), "", "## Targets", "", "```", targets_text(doc["targets"]), "```", "",
            "## Notes", ""] + [f"- {n}" for n in doc["notes"]] + [
            "", "## All cases: median (min) in ms", "", full_table(doc), ""]
+    if any(r.get("in_process") for r in doc["results"]):
+        out += ["## In one process, side by side", ""] + in_process_notes(doc) + [
+                "", "### Headline: float32, int64 indices, times in ms (median)", "", in_process_headline(doc), "",
+                "### All cases", "", in_process_table(doc), ""]
     return "\n".join(out)
 
 

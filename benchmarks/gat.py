@@ -19,9 +19,13 @@ largest part of the step there, becomes sparse_mm(x, W^T)).
 
 Before timing, every method is checked against PyG's layer in float64 with dropout 0
 (outputs and every parameter gradient: ours in float64 within 1e-9, in float32 as close as
-PyG's own float32 result).  Times are medians of interleaved steps
-(methods take turns) after a warm-up step.  Peak memory: the rise of the resident set
-over one step, in a fresh process per (graph, method) (benchmarks/_harness.peak_memory).
+PyG's own float32 result).  Times are medians of steps side by side in this one process
+(benchmarks/_harness.interleaved: a warm-up that allocates and frees a few hundred MB like a
+training step, a warm-up step of each method, then interleaved rounds, methods taking
+turns), with each step's user and system CPU time and minor page faults.  There is no
+fresh-worker timing here: the layers were always timed side by side in one process.
+Peak memory: the rise of the resident set over one step, in a fresh process per (graph,
+method) (benchmarks/_harness.peak_memory).
 The smoke mode (CI's check that the script works): Cora as it is, the power-law graph at
 10^3 nodes, one timed step without a warm-up, and one fresh process (the first graph's
 "ours") for peak memory.
@@ -31,10 +35,8 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
-import time
 import warnings
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # before torch loads (see sparse_mm.py)
@@ -122,19 +124,15 @@ def check(case: str, x, ei) -> dict:
     return diffs
 
 
-def time_steps(case: str, x, ei, reps: int, warmup: bool = True) -> dict:
-    """Median (and min) seconds of a training step per method, interleaved."""
+def time_steps(case: str, x, ei, reps: int, warmup: bool = True, warm_mb: float = _modes.WARM_MB) -> dict:
+    """Median (and min) seconds of a training step per method, side by side in this process
+    (_harness.interleaved): a training-like allocation, a warm-up step of each (ours: builds
+    and caches the pattern), then `reps` interleaved rounds; with each step's CPU time and
+    minor page faults."""
     G = torch.randn(x.shape[0], HEADS * CHANNELS, generator=torch.Generator().manual_seed(2))
     steps = {name: step_fn(layer.train(), xin, ei, G) for name, (layer, xin) in methods(case, x, DROPOUT).items()}
-    for s in steps.values() if warmup else ():
-        s()                                                 # warm-up (ours: builds and caches the pattern)
-    ts = {name: [] for name in steps}
-    for _ in range(reps):
-        for name, s in steps.items():
-            t0 = time.perf_counter()
-            s()
-            ts[name].append(time.perf_counter() - t0)
-    return {name: {"median_s": statistics.median(t), "min_s": min(t), "reps": len(t)} for name, t in ts.items()}
+    t = H.interleaved(steps, reps, warm_mb, warmup=1 if warmup else 0)
+    return {name: dict(r, reps=r["runs"], warm_up=t["warm_up"]) for name, r in t["methods"].items()}
 
 
 def memory_child(case: str, method: str, mode: str, cora: str, threads: int) -> None:
@@ -160,17 +158,22 @@ def markdown(results: dict) -> str:
     lines = [f"# GATConv training step: ours vs PyG ({results['mode']})", "",
              f"{results['machine']}, {results['threads']} threads, torch {results['torch']}, "
              f"torch_geometric {results['torch_geometric']}; one layer, {HEADS} heads x {CHANNELS}, "
-             f"dropout {DROPOUT}, forward + backward, medians of interleaved steps.", "",
-             "| graph | nodes | edges | method | step (ms) | PyG / this (time) | peak (MB) | this / PyG (memory) |",
-             "|---|---|---|---|---|---|---|---|"]
+             f"dropout {DROPOUT}, forward + backward, medians of steps side by side in one process (interleaved, after "
+             f"a training-like allocation and a warm-up step); CPU: user + system ms per step of the whole process "
+             f"(getrusage); faults: minor page faults per step.", "",
+             "| graph | nodes | edges | method | step (ms) | PyG / this (time) | CPU ms (user + sys) | faults | "
+             "peak (MB) | this / PyG (memory) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for c in results["cases"]:
         t, mem = c["time"], c.get("memory", {})
         peak = {k: mem.get(k, {}).get("peak_bytes") for k in t}
         for name in t:
             mo, mp = peak[name], peak["pyg"]
             mem_cols = (f"{mo / 1e6:.0f} | " + (f"{mo / mp:.2f}" if mp else "-")) if mo is not None else "- | -"
+            u = t[name].get("usage")
+            use = f"{u['user_s'] * 1e3:.1f} + {u['sys_s'] * 1e3:.1f} | {u['minflt']:.0f}" if u else "- | -"
             lines.append(f"| {c['graph']} | {c['nodes']} | {c['edges']} | {name} | {t[name]['median_s'] * 1e3:.1f} | "
-                         f"{t['pyg']['median_s'] / t[name]['median_s']:.2f} | {mem_cols} |")
+                         f"{t['pyg']['median_s'] / t[name]['median_s']:.2f} | {use} | {mem_cols} |")
     return "\n".join(lines) + "\n"
 
 
@@ -202,7 +205,8 @@ def main(argv=None) -> int:
             continue
         x, ei = graph(case, base, a.cora)
         row = {"graph": case, "nodes": x.shape[0], "edges": ei.shape[1], "check": check(case, x, ei),
-               "time": time_steps(case, x, ei, REPS[case][base], warmup=base != "smoke")}
+               "time": time_steps(case, x, ei, REPS[case][base], warmup=base != "smoke",
+                                  warm_mb=_modes.SMOKE_WARM_MB if base == "smoke" else _modes.WARM_MB)}
         # the smoke mode starts one memory process: the first graph's first method
         measured = METHODS[case] if base != "smoke" else METHODS[case][:1] if not results["cases"] else ()
         if not a.no_memory and measured:

@@ -6,7 +6,11 @@ Run from the repository root::
     python -m benchmarks.indexed_matmul --quick     # about 30 s
     python -m benchmarks.indexed_matmul             # a few minutes on 2 cores
 
-Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-published, ...).
+Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-published, --timing, ...).
+Every method is timed two ways, reported side by side: in a fresh worker, each on its own
+loops; and in one process with the others, interleaved round by round after a warm-up that
+allocates like a training step, with CPU time and page faults per call (``--timing fresh``
+or ``in-process`` for one of them; the published release only in a fresh worker).
 Methods, side by side: ours (C kernels), the published 0.2.7 release (nested
 tensors, in its own venv), and a plain PyTorch formulation (rows sorted by
 relation, scattered into groups padded to the longest, torch.bmm, gathered

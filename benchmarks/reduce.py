@@ -6,7 +6,11 @@ Run from the repository root::
     python -m benchmarks.reduce --quick     # about a minute
     python -m benchmarks.reduce             # a few minutes on 2 cores
 
-Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-memory, ...).
+Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-memory, --timing, ...).
+Every method is timed two ways, reported side by side: in a fresh worker, each on its own
+loops; and in one process with the others, interleaved round by round after a warm-up that
+allocates like a training step, with CPU time and page faults per call (``--timing fresh``
+or ``in-process`` for one of them; the published release only in a fresh worker).
 Square n x n patterns of benchmarks/_matrices.py, 8 entries per row on average:
 uniform random columns, and power-law row degrees (a few hub rows of 10^4 entries,
 rows shuffled); values N(0, 1), float32, p = 16 and 64; forward, and forward +

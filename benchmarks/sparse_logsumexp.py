@@ -6,7 +6,11 @@ Run from the repository root::
     python -m benchmarks.sparse_logsumexp --quick     # about 30 s
     python -m benchmarks.sparse_logsumexp             # a few minutes on 2 cores
 
-Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-published, ...).
+Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-published, --timing, ...).
+Every method is timed two ways, reported side by side: in a fresh worker, each on its own
+loops; and in one process with the others, interleaved round by round after a warm-up that
+allocates like a training step, with CPU time and page faults per call (``--timing fresh``
+or ``in-process`` for one of them; the published release only in a fresh worker).
 A square graph with 16 entries per row at uniform random columns, float32,
 learnable values, include_zeros=True; reductions per row (dim=1), per column
 (dim=0) and both (sparse_bidir_logsumexp, "padded").  Methods: ours on a CSR

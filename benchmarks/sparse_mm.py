@@ -4,12 +4,12 @@ Run from the repository root::
 
     python -m benchmarks.sparse_mm --smoke            # seconds: CI's check that it works (numbers meaningless)
     python -m benchmarks.sparse_mm --quick            # about a minute
-    python -m benchmarks.sparse_mm                    # full grid, about 20 minutes on 2 cores
+    python -m benchmarks.sparse_mm                    # full grid, about 40 minutes on 2 cores (20 with --timing fresh)
     python -m benchmarks.sparse_mm --graph /work/shared/data/cora.npz   # add a real graph
 
 Options: ``--out DIR`` (default benchmarks/results), ``--threads N`` (default 2),
 ``--setup-published`` (create the published release's venv in quick mode too),
-``--no-published``, ``--no-memory``.
+``--no-published``, ``--no-memory``, ``--timing {both,fresh,in-process}``.
 
 What it does, side by side in one run, for every case (matrix x p x dtype x index dtype):
 
@@ -23,7 +23,16 @@ What it does, side by side in one run, for every case (matrix x p x dtype x inde
 * correctness first: every method's C, grad_A (on A's pattern) and grad_B against
   a float64 reference, with a relative tolerance;
 * timing: warm-up, then median and min of >= 5 runs of forward, backward
-  (grad_A + grad_B) and forward+backward, each separately;
+  (grad_A + grad_B) and forward+backward, each separately, each method on its own
+  loops, one after another;
+* and side by side in this one process (``--timing``: both by default, ``fresh`` for
+  the former only, ``in-process`` for this only): every method of ours and PyTorch's
+  checked, then a warm-up that allocates and frees like a training step (a few hundred
+  MB of assorted sizes, some over glibc's 32 MiB mmap ceiling) and one untimed step of
+  each, then interleaved rounds (round r: every method's forward, then its
+  forward+backward, in turn), with each call's user and system CPU time and minor page
+  faults (benchmarks/_harness.time_in_process); the published release, in its own
+  venv, cannot join them;
 * peak memory of forward+backward in a fresh process per matrix (high-water mark
   reset before each method), against the necessary amount (C + grad_B + grad_A values);
 * GFLOP/s (2 nnz p) and GB/s against the bytes model
@@ -216,6 +225,25 @@ def time_local(inp: dict, ref: dict, reps: int, methods, warmup: int = 1):
         yield row
 
 
+def time_side_by_side(inp: dict, ref: dict, reps: int, methods, warm_mb: float, warmup: int = 1) -> Dict[str, dict]:
+    """Every method of this process on one case side by side (_harness.time_in_process):
+    each checked, then a training-like allocation, then interleaved rounds; {method: record}."""
+    rows, preps = {}, {}
+    for name in LOCAL_METHODS:
+        rows[name] = {}
+        try:
+            prep = methods[name](inp)
+            rows[name]["check"] = H.check(prep, inp, ref)
+            preps[name] = prep
+        except Exception as e:  # noqa: BLE001 - recorded in the results, never fatal
+            rows[name].update(H.failure(e))
+    if preps:
+        t = H.time_in_process(preps, inp["G"], reps, warm_mb, warmup=warmup, budget_s=2.0, max_reps=30)
+        for name, res in t["methods"].items():
+            rows[name].update(res, rounds=t["rounds"], warm_up=t["warm_up"])
+    return rows
+
+
 def _fmt_ms(t) -> str:
     if isinstance(t, dict):
         return f"{t['median_s'] * 1e3:9.2f}"
@@ -224,6 +252,13 @@ def _fmt_ms(t) -> str:
 
 def progress_line(t0: float, label: str, row: dict) -> str:
     head = f"[{time.time() - t0:6.0f}s] {label:<44} {row['method']:<14}"
+    if "in_process" in row:
+        ip = row["in_process"]
+        if "skip" in ip or "error" in ip:
+            return head + " in one process: " + (ip.get("skip") or "ERROR " + ip["error"])[:80]
+        ok = "ok" if ip["check"]["ok"] else f"WRONG {ip['check']}"
+        return (head + f" in one process: fwd {_fmt_ms(ip['fwd'])} ms  bwd {_fmt_ms(ip['bwd'])} ms  "
+                f"{ip['usage']['fwd']['minflt']:.0f} faults/fwd  {ok}")
     if "skip" in row or "error" in row:
         return head + " " + (row.get("skip") or "ERROR " + row["error"])[:90]
     if "memory" in row:
@@ -252,6 +287,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-published", action="store_true")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--report-only", metavar="JSON", help="rewrite the markdown and plots of a saved run")
+    _modes.add_timing_arg(ap, "each method on its own loops, one after another (ours and PyTorch's in this "
+                              "process, the published release in a fresh worker)")
     args = ap.parse_args(argv)
     if args.report_only:
         return write_report(args.report_only)
@@ -323,10 +360,16 @@ def main(argv=None) -> int:
                 inp = M.make_inputs(indices, shape, p, dtype, itype, g.spec.kind)
                 ref = H.reference(inp)
                 label = case_label(g.spec, p, g.dtype, g.index_dtype)
-                for row in time_local(inp, ref, reps, methods, warmup):
-                    r = rec(gi, p, row["method"])
-                    r.update(row, shape=list(shape), nnz=int(indices.shape[1]))
+                for name in LOCAL_METHODS:
+                    rec(gi, p, name).update(shape=list(shape), nnz=int(indices.shape[1]))
+                for row in time_local(inp, ref, reps, methods, warmup) if args.timing != "in-process" else ():
+                    rec(gi, p, row["method"]).update(row)
                     print(progress_line(t_start, label, row), flush=True)
+                if args.timing != "fresh":
+                    warm_mb = _modes.SMOKE_WARM_MB if mode == "smoke" else _modes.WARM_MB
+                    for name, ip in time_side_by_side(inp, ref, reps, methods, warm_mb, warmup).items():
+                        rec(gi, p, name)["in_process"] = ip
+                        print(progress_line(t_start, label, {"method": name, "in_process": ip}), flush=True)
                 del inp, ref
             for p in g.ps:            # shape and nnz for the published rows too
                 for name in PUBLISHED_METHODS:
@@ -335,12 +378,12 @@ def main(argv=None) -> int:
                            "dtype": groups[gi].dtype, "index_dtype": groups[gi].index_dtype} for gi in batch],
                "reps": reps, "warmup": warmup, "threads": args.threads, "limits": limits,
                "smoke": mode == "smoke"}
-        if pub_py:
+        if pub_py and args.timing != "in-process":
             out = run_worker(pub_py, dict(job, mode="time", methods=PUBLISHED_METHODS, published=True),
                              False, on_worker_row("time"))
             if "error" in out:
                 mark(batch, PUBLISHED_METHODS, "unavailable", out["error"])
-        else:
+        elif not pub_py:
             mark(batch, PUBLISHED_METHODS, "unavailable", pub_msg)
         mem_batch = [gi for gi in batch if groups[gi].memory]
         if mem_batch and not args.no_memory:
@@ -360,7 +403,7 @@ def main(argv=None) -> int:
     machine["background_cpus_busy_end"] = background_load(_modes.load_sample_s(mode))
     doc = {"mode": mode, "machine": machine, "bandwidth": bw, "published": {"available": bool(pub_py),
            "detail": pub_msg, "package": PUBLISHED_PACKAGE}, "ours": {"version": ours.__version__},
-           "threads": args.threads, "reps": reps, "elapsed_s": elapsed,
+           "threads": args.threads, "reps": reps, "elapsed_s": elapsed, "timing": args.timing,
            "grid": [{"matrix": g.spec.label, "ps": list(g.ps), "dtype": g.dtype, "index_dtype": g.index_dtype,
                      "memory": g.memory} for g in groups],
            "notes": _report.grid_notes(mode), "results": results}

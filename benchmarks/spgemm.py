@@ -6,7 +6,11 @@ Run from the repository root::
     python -m benchmarks.spgemm --quick     # about a minute
     python -m benchmarks.spgemm             # a few minutes on 2 cores
 
-Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-memory, ...).
+Options as benchmarks/_ops_suite.py lists (--out, --threads, --no-memory, --timing, ...).
+Every method is timed two ways, reported side by side: in a fresh worker, each on its own
+loops; and in one process with the others, interleaved round by round after a warm-up that
+allocates like a training step, with CPU time and page faults per call (``--timing fresh``
+or ``in-process`` for one of them; the published release only in a fresh worker).
 Cases: A @ A of the n x n patterns of benchmarks/_matrices.py with 8 entries per row
 on average (uniform random columns; power-law row degrees with hub rows), and a
 bag-of-words input (documents of 50 words out of 10^5) times a sparse weight (10^5 x

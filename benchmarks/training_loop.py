@@ -24,8 +24,10 @@
     backward, for ours (COO, CSR, SparseCSR) against ``torch.sparse.mm``
     (COO, CSR); each time is a loop of many calls divided by their number.
 
-Every time is a median: (a) of >= 5 interleaved steps (methods take turns),
-(b) of >= 5 interleaved loops.  Methods are checked against a dense float64
+Every time is a median: (a) of >= 5 interleaved steps (methods take turns, side by
+side in one process, after a warm-up that allocates and frees a few hundred MB like a
+training step: benchmarks/_harness.interleaved, which also gives each step's CPU time
+and minor page faults), (b) of >= 5 interleaved loops.  Methods are checked against a dense float64
 product first.  PyTorch's COO backward and its CSR constructor's backward build
 a dense n x m gradient: where that exceeds 1 GB (0.25 GB in quick mode) the row
 is recorded as skipped.
@@ -59,16 +61,6 @@ ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
 warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
 
-CASES = {
-    # dense_limit: bytes of a dense n x m gradient above which a row is skipped
-    "full": {"step": {"n": 200_000, "per_row": 8, "p": 32, "reps": 7, "dense_limit": 1e9},
-             "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 4000, "reps": 7}},
-    "quick": {"step": {"n": 10_000, "per_row": 8, "p": 32, "reps": 5, "dense_limit": 0.25e9},
-              "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 400, "reps": 5}},
-    # warmup: rounds before the timed ones (default 1); the dense limit skips torch's rows as the others do
-    "smoke": {"step": {"n": 300, "per_row": 4, "p": 4, "reps": 1, "warmup": 0, "dense_limit": 1e5},
-              "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 4, "reps": 1, "warmup": 0}},
-}
 STEP_METHODS = ["ours COO", "ours CSR", "torch COO", "torch CSR"]
 CALL_METHODS = ["ours COO", "ours CSR", "ours SparseCSR", "torch COO", "torch CSR"]
 SCENARIOS = ["leaf A", "values w", "unsorted"]
@@ -92,6 +84,33 @@ def _load_modes():
 
 
 _modes = _load_modes()
+
+
+def _load_harness():
+    """benchmarks/_harness.py by path (it needs torch only), as _load_matrices."""
+    spec = importlib.util.spec_from_file_location("_bench_harness", os.path.join(HERE, "_harness.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_bench_harness"] = mod              # its dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+H = _load_harness()
+
+CASES = {
+    # dense_limit: bytes of a dense n x m gradient above which a row is skipped
+    # warm_mb: the training-like allocation before the steps (_harness.interleaved)
+    "full": {"step": {"n": 200_000, "per_row": 8, "p": 32, "reps": 7, "dense_limit": 1e9,
+                      "warm_mb": _modes.WARM_MB},
+             "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 4000, "reps": 7}},
+    "quick": {"step": {"n": 10_000, "per_row": 8, "p": 32, "reps": 5, "dense_limit": 0.25e9,
+                       "warm_mb": _modes.WARM_MB},
+              "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 400, "reps": 5}},
+    # warmup: rounds before the timed ones (default 1); the dense limit skips torch's rows as the others do
+    "smoke": {"step": {"n": 300, "per_row": 4, "p": 4, "reps": 1, "warmup": 0, "dense_limit": 1e5,
+                       "warm_mb": _modes.SMOKE_WARM_MB},
+              "calls": {"sizes": [(4, 2, 4), (64, 8, 16)], "calls": 4, "reps": 1, "warmup": 0}},
+}
 
 
 def _stats(ts):
@@ -160,21 +179,18 @@ def measure_step(tsgu, mats, cfg):
             mm = tsgu.sparse_mm if method.startswith("ours") else torch.sparse.mm
             fns[method] = (make, leaves, values, X, mm)
         _check_step(fns)
-        times = {k: [] for k in fns}
-        warm = cfg.get("warmup", 1)
-        for r in range(warm + cfg["reps"]):                   # the first round warms up
-            for method, (make, leaves, values, X, mm) in fns.items():
-                t0 = time.perf_counter()
-                C = mm(make(), X)
-                torch.autograd.grad(C, leaves, G)
-                t = time.perf_counter() - t0
-                with torch.no_grad():                       # the optimizer: new values, in place
-                    values.mul_(0.999)
-                    X.mul_(0.999)
-                if r >= warm:
-                    times[method].append(t)
-                del C
-        res[scenario] = {k: (_stats(times[k]) if k in times else v) for k, v in setups.items()}
+
+        def step(make, leaves, values, X, mm):
+            return torch.autograd.grad(mm(make(), X), leaves, G)
+
+        def update(method):                                 # the optimizer: new values, in place
+            with torch.no_grad():
+                fns[method][2].mul_(0.999)
+                fns[method][3].mul_(0.999)
+        # side by side, interleaved, after a training-like allocation and `warmup` rounds
+        t = H.interleaved({k: (lambda f=f: step(*f)) for k, f in fns.items()}, cfg["reps"], cfg["warm_mb"],
+                          warmup=cfg.get("warmup", 1), after=update)
+        res[scenario] = {k: (t["methods"][k] if k in fns else v) for k, v in setups.items()}
     return {"shape": list(shape), "nnz": int(idx.shape[1]), "p": p, "scenarios": res}
 
 
@@ -268,8 +284,11 @@ def _merge(rounds):
     first = rounds[0]
     if isinstance(first, dict) and "median_s" in first:
         meds = [r["median_s"] for r in rounds]
-        return {"median_s": statistics.median(meds), "min_s": min(r["min_s"] for r in rounds),
-                "runs": sum(r["runs"] for r in rounds), "round_medians_s": meds}
+        out = {"median_s": statistics.median(meds), "min_s": min(r["min_s"] for r in rounds),
+               "runs": sum(r["runs"] for r in rounds), "round_medians_s": meds}
+        if "usage" in first:            # CPU time and faults per step: the median over the rounds
+            out["usage"] = {k: statistics.median(r["usage"][k] for r in rounds) for k in first["usage"]}
+        return out
     if isinstance(first, dict):
         return {k: _merge([r[k] for r in rounds]) for k in first}
     return first
@@ -327,6 +346,25 @@ def _best(row, prefix):
     return {"median_s": min(v["median_s"] for v in ms), "round_medians_s": rounds}
 
 
+def _usage_table(doc, impls):
+    """(a)'s CPU time (user + system ms) and minor page faults per step, where the run has them."""
+    scen = doc["results"][impls[0]]["step"]["scenarios"]
+    if not any(isinstance(v, dict) and "usage" in v for sc in scen.values() for v in sc.values()):
+        return []
+    lines = ["CPU ms per step (user + system, the whole process) / minor page faults per step:", "",
+             "| adjacency | " + " | ".join(f"{m} ({i})" for m in STEP_METHODS for i in impls) + " |",
+             "|---" * (1 + len(STEP_METHODS) * len(impls)) + "|"]
+    for sc in SCENARIOS:
+        cells = []
+        for m in STEP_METHODS:
+            for i in impls:
+                u = (doc["results"][i]["step"]["scenarios"][sc].get(m) or {})
+                u = u.get("usage") if isinstance(u, dict) else None
+                cells.append(f"{u['user_s'] * 1e3:.3g} + {u['sys_s'] * 1e3:.3g} / {u['minflt']:.0f}" if u else "n/a")
+        lines.append(f"| {sc} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def write_report(doc, path_md):
     impls = list(doc["results"])
     lines = [f"# training_loop ({doc['mode']})", "",
@@ -354,6 +392,7 @@ def write_report(doc, path_md):
     lines += ["", "COO speed / CSR speed = t(ours CSR) / t(ours COO), the CSR of the same way of holding "
               "the adjacency (for `unsorted`, the leaf CSR); the target is >= 0.8.  Ratios are medians "
               "over the rounds of each round's ratio.", ""]
+    lines += _usage_table(doc, impls)
     skips = {f"{sc}, {m}": v for sc in SCENARIOS
              for m, v in doc["results"][impls[0]]["step"]["scenarios"][sc].items() if isinstance(v, str)}
     lines += [f"- {k}: {v}" for k, v in skips.items()] + [""]
