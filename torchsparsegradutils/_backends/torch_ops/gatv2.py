@@ -41,7 +41,7 @@ def gatv2_grad(A: CSRView, xl: torch.Tensor, xr: torch.Tensor, att: torch.Tensor
         ga = ga + galpha
     c = alpha.new_zeros(A.nrows, alpha.shape[1]).index_add_(0, rows, alpha * ga)
     gz = alpha * (ga - c.index_select(0, rows))
-    k = torch.where(u > 0, 1.0, slope).to(u.dtype)
+    k = torch.where(u > 0, u.new_ones(()), u.new_full((), slope))      # slope in u's dtype, not float32
     du = gz.unsqueeze(-1) * att * k
     gatt = (gz.unsqueeze(-1) * (k * u)).sum(0)
     gxr = torch.zeros_like(xr).index_add_(0, rows, du)
