@@ -38,8 +38,9 @@ int tsgu_gatv2_forward(const tsgu_csr *A, const tsgu_gatv2 *g, void *alpha, void
 #else /* template body: real_t, acc_t, idx_t, TSGU_FN */
 
 #include "tsgu_rows.h"
+#include "tsgu_gatv2_sum.h"
 
-/* rows [r0, r1) with C constant for the common widths; ws: 3H + HC doubles */
+/* rows [r0, r1) with C constant for the common widths; ws: 3H + 2HC doubles */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_forward_rows)(const gatv2_forward_ctx *x, int64_t r0, int64_t r1,
                                                                  double *ws, const int64_t C)
 {
@@ -53,6 +54,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_forward_rows)(const gatv2_for
     const acc_t slope = (acc_t)g->slope, scale = (acc_t)g->scale;
     double *mx = ws, *sum = ws + H;
     acc_t *restrict w = (acc_t *)(ws + 2 * H), *restrict wv = w + H; /* an entry's weights, by head, by feature */
+    acc_t *restrict lr = wv + HC;                                     /* an entry's att[h,c] LeakyReLU(u) */
     for (int64_t i = r0; i < r1; i++) {
         int64_t start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, 0, i, &start, &end)) return TSGU_EPTR_ORDER;
@@ -68,21 +70,18 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_forward_rows)(const gatv2_for
             TSGU_PREFETCH_ROW(XL, jn, m, HC, 0, HC);           /* the gathered row, soon */
             const real_t *restrict xlj = XL + j * HC, *restrict ete = ET ? ET + e * HC : NULL;
             real_t *a = alpha + e * H;
-            for (int64_t h = 0; h < H; h++) {
-                const real_t *restrict ah = att + h * C, *restrict lh = xlj + h * C, *restrict rh = xri + h * C;
-                acc_t z = 0;
-                if (ete) {
-                    const real_t *restrict th = ete + h * C;
-                    for (int64_t c = 0; c < C; c++) {
-                        acc_t u = (acc_t)(lh[c] + rh[c]) + th[c];
-                        z += ah[c] * (u > 0 ? u : slope * u);
-                    }
-                } else {
-                    for (int64_t c = 0; c < C; c++) {
-                        acc_t u = lh[c] + rh[c];
-                        z += ah[c] * (u > 0 ? u : slope * u);
-                    }
+            if (ete)                                     /* one loop over the H*C features: it vectorises */
+                for (int64_t t = 0; t < HC; t++) {
+                    acc_t u = (acc_t)(xlj[t] + xri[t]) + ete[t], v = slope * u;
+                    lr[t] = att[t] * (u > 0 ? u : v);
                 }
+            else
+                for (int64_t t = 0; t < HC; t++) {
+                    acc_t u = xlj[t] + xri[t], v = slope * u;
+                    lr[t] = att[t] * (u > 0 ? u : v);
+                }
+            for (int64_t h = 0; h < H; h++) {
+                acc_t z = TSGU_FN(gatv2_sum)(lr + h * C, C);
                 if (B) z += B[e * H + h];
                 a[h] = z;
                 mx[h] = a[h] > mx[h] ? a[h] : mx[h];
@@ -121,7 +120,7 @@ TSGU_ISA_ATTR static int TSGU_FN(gatv2_forward_width)(const gatv2_forward_ctx *x
 TSGU_ISA_ATTR static int TSGU_FN(gatv2_forward_range)(void *vctx, int64_t r0, int64_t r1)
 {
     const gatv2_forward_ctx *x = vctx;
-    double *ws = malloc((size_t)(3 * x->g->heads + x->g->heads * x->g->feats + 1) * sizeof *ws);
+    double *ws = malloc((size_t)(3 * x->g->heads + 2 * x->g->heads * x->g->feats + 1) * sizeof *ws);
     if (!ws) return TSGU_ENOMEM;
     int status = TSGU_FN(gatv2_forward_width)(x, r0, r1, ws);
     free(ws);

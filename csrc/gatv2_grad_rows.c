@@ -16,6 +16,9 @@
 #include "tsgu.h"
 #include "tsgu_gat.h"
 #include "tsgu_parallel.h"
+#if defined(__GNUC__) && !defined(__clang__)  /* the LeakyReLU's select then vectorises (no FP */
+#pragma GCC optimize("no-trapping-math")      /* exception flag is read; gatv2_forward.c has it by tsgu_exp.h) */
+#endif
 
 typedef struct {
     const tsgu_csr *A;
@@ -38,8 +41,9 @@ int tsgu_gatv2_grad_rows(const tsgu_csr *A, const tsgu_gatv2 *g, const void *alp
 #else /* template body: real_t, acc_t, idx_t, TSGU_FN */
 
 #include "tsgu_rows.h"
+#include "tsgu_gatv2_sum.h"
 
-/* rows [r0, r1) with C constant for the common widths; ws: H doubles */
+/* rows [r0, r1) with C constant for the common widths; ws: H + HC doubles */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_grad_rows_rows)(const gatv2_grad_rows_ctx *x, int64_t r0,
                                                                    int64_t r1, double *ws, const int64_t C)
 {
@@ -51,8 +55,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_grad_rows_rows)(const gatv2_g
     real_t *dz = x->dz, *gxr = x->gxr, *arows = x->arows, *get = x->get;
     const int64_t H = g->heads, HC = H * C, m = A->ncols, nnz = A->nnz;
     const int64_t ahead = tsgu_prefetch_ahead(HC, sizeof(real_t));
-    const acc_t slope = (acc_t)g->slope, scale = (acc_t)g->scale;
+    const acc_t slope = (acc_t)g->slope, scale = (acc_t)g->scale, one = 1;
     double *csum = ws;
+    acc_t *restrict v = (acc_t *)(ws + H);  /* an entry's products over its H*C features, or dz over them */
     for (int64_t i = r0; i < r1; i++) {
         int64_t start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, 0, i, &start, &end)) return TSGU_EPTR_ORDER;
@@ -68,37 +73,41 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_grad_rows_rows)(const gatv2_g
             TSGU_PREFETCH_ROW(XL, jn, m, HC, 0, HC);             /* the gathered row, soon */
             const real_t *xj = XL + j * HC, *a = alpha + e * H;
             real_t *t = dz + e * H;
+            for (int64_t q = 0; q < HC; q++) v[q] = gi[q] * xj[q];    /* one loop: it vectorises */
             for (int64_t h = 0; h < H; h++) {
                 acc_t ga = galpha ? galpha[e * H + h] : 0;
-                if (!(g->drop > 0 && tsgu_gat_draw(g->seed, e * H + h) < g->drop)) {
-                    const real_t *restrict xh = xj + h * C, *restrict gh = gi + h * C;
-                    acc_t dot = 0;
-                    for (int64_t c = 0; c < C; c++) dot += gh[c] * xh[c];
-                    ga += dot * scale;
-                }
+                if (!(g->drop > 0 && tsgu_gat_draw(g->seed, e * H + h) < g->drop))
+                    ga += TSGU_FN(gatv2_sum)(v + h * C, C) * scale;
                 t[h] = ga;
                 csum[h] += a[h] * ga;
             }
         }
         for (int64_t e = start; e < end; e++) {         /* dz, then the row's sums through the score */
             if (e + ahead < end) TSGU_PREFETCH_ROW(XL, Aj[e + ahead], m, HC, 0, HC);
-            const real_t *xj = XL + Aj[e] * HC, *a = alpha + e * H;
-            const real_t *ete = ET ? ET + e * HC : NULL;
-            real_t *t = dz + e * H, *gete = get ? get + e * HC : NULL;
+            const real_t *restrict xj = XL + Aj[e] * HC, *a = alpha + e * H;
+            const real_t *restrict ete = ET ? ET + e * HC : NULL;
+            real_t *t = dz + e * H, *restrict gete = get ? get + e * HC : NULL;
             for (int64_t h = 0; h < H; h++) {
                 acc_t gz = a[h] * (t[h] - (acc_t)csum[h]);
                 t[h] = gz;
-                const real_t *restrict ah = att + h * C, *restrict lh = xj + h * C, *restrict rh = xri + h * C;
-                real_t *restrict grh = gr + h * C, *restrict arh = ar + h * C;
-                for (int64_t c = 0; c < C; c++) {
-                    acc_t u = (acc_t)(lh[c] + rh[c]);
-                    if (ete) u += ete[h * C + c];
-                    acc_t k = u > 0 ? 1 : slope, du = gz * ah[c] * k;
-                    grh[c] += du;
-                    arh[c] += gz * (k * u);
-                    if (gete) gete[h * C + c] = du;
-                }
+                for (int64_t c = 0; c < C; c++) v[h * C + c] = gz;
             }
+            /* one loop over the H*C features, without branches inside: it vectorises */
+#define GATV2_ROWS_LOOP(U, STORE)                                        \
+            for (int64_t q = 0; q < HC; q++) {                           \
+                acc_t u = (U), su = slope * u, lr = u > 0 ? u : su;      \
+                acc_t du = v[q] * att[q] * (u > 0 ? one : slope);        \
+                gr[q] += du;                                             \
+                ar[q] += v[q] * lr;                                      \
+                STORE;                                                   \
+            }
+            if (ete && gete)
+                GATV2_ROWS_LOOP((acc_t)(xj[q] + xri[q]) + ete[q], gete[q] = du)
+            else if (ete)
+                GATV2_ROWS_LOOP((acc_t)(xj[q] + xri[q]) + ete[q], (void)0)
+            else
+                GATV2_ROWS_LOOP((acc_t)(xj[q] + xri[q]), (void)0)
+#undef GATV2_ROWS_LOOP
         }
     }
     return TSGU_OK;
@@ -113,7 +122,7 @@ TSGU_ISA_ATTR static int TSGU_FN(gatv2_grad_rows_width)(const gatv2_grad_rows_ct
 TSGU_ISA_ATTR static int TSGU_FN(gatv2_grad_rows_range)(void *vctx, int64_t r0, int64_t r1)
 {
     const gatv2_grad_rows_ctx *x = vctx;
-    double *ws = malloc((size_t)(x->g->heads + 1) * sizeof *ws);
+    double *ws = malloc((size_t)(x->g->heads + x->g->heads * x->g->feats + 1) * sizeof *ws);
     if (!ws) return TSGU_ENOMEM;
     int status = TSGU_FN(gatv2_grad_rows_width)(x, r0, r1, ws);
     free(ws);

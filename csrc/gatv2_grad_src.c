@@ -9,9 +9,13 @@
  * (checking them) and adds only into its own rows of gxl.  Each is summed by one thread
  * in increasing i -- the order of the serial loop -- so the bits do not depend on the
  * thread count. */
+#include <stdlib.h>
 #include "tsgu.h"
 #include "tsgu_gat.h"
 #include "tsgu_parallel.h"
+#if defined(__GNUC__) && !defined(__clang__)  /* the LeakyReLU's select then vectorises (no FP */
+#pragma GCC optimize("no-trapping-math")      /* exception flag is read; gatv2_forward.c has it by tsgu_exp.h) */
+#endif
 
 typedef struct {
     const tsgu_csr *A;
@@ -42,9 +46,9 @@ int tsgu_gatv2_grad_src(const tsgu_csr *A, const tsgu_gatv2 *g, const void *alph
 
 #include "tsgu_rows.h"
 
-/* the columns of task t, C constant for the common widths */
+/* the columns of task t, C constant for the common widths; ws: 2HC doubles */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_grad_src_cols)(const gatv2_grad_src_ctx *x, int64_t t,
-                                                                  const int64_t C)
+                                                                  double *ws, const int64_t C)
 {
     const tsgu_csr *A = x->A;
     const tsgu_gatv2 *g = x->g;
@@ -56,11 +60,12 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_grad_src_cols)(const gatv2_gr
     const int64_t ahead = tsgu_prefetch_ahead(HC, sizeof(real_t));
     const int64_t j0 = m * t / x->T, j1 = m * (t + 1) / x->T;
     const acc_t scale = (acc_t)g->scale, slope = (acc_t)g->slope;
+    acc_t *restrict wv = (acc_t *)ws, *restrict zv = wv + HC;   /* an entry's weights and dz, by feature */
     for (int64_t q = j0 * HC; q < j1 * HC; q++) gxl[q] = 0;   /* sums start at zero */
     for (int64_t i = 0; i < n; i++) {
         int64_t start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, 0, i, &start, &end)) return TSGU_EPTR_ORDER;
-        const real_t *gi = G + i * HC, *xri = XR + i * HC;
+        const real_t *restrict gi = G + i * HC, *restrict xri = XR + i * HC;
         for (int64_t e = start; e < end; e++) {
             int64_t j = Aj[e];
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
@@ -71,30 +76,42 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(gatv2_grad_src_cols)(const gatv2_gr
                 TSGU_PREFETCH_ROW(XL, jn, j1, HC, 0, HC);
             }
             if (j < j0 || j >= j1) continue;          /* another thread's column */
-            const real_t *a = alpha + e * H, *gz = dz + e * H, *xj = XL + j * HC;
-            const real_t *ete = ET ? ET + e * HC : NULL;
-            real_t *gxj = gxl + j * HC;
-            for (int64_t h = 0; h < H; h++) {
+            const real_t *a = alpha + e * H, *gz = dz + e * H;
+            const real_t *restrict xj = XL + j * HC, *restrict ete = ET ? ET + e * HC : NULL;
+            real_t *restrict gxj = gxl + j * HC;
+            for (int64_t h = 0; h < H; h++) {            /* each head's weight and dz over its C features */
                 const acc_t w = g->drop > 0 && tsgu_gat_draw(g->seed, e * H + h) < g->drop ? 0 : a[h] * scale;
-                const acc_t z = gz[h];
-                const real_t *restrict gh = gi + h * C, *restrict ah = att + h * C, *restrict lh = xj + h * C,
-                                       *restrict rh = xri + h * C;
-                real_t *restrict oh = gxj + h * C;
-                for (int64_t c = 0; c < C; c++) {
-                    acc_t u = (acc_t)(lh[c] + rh[c]);
-                    if (ete) u += ete[h * C + c];
-                    oh[c] += w * gh[c] + z * ah[c] * (u > 0 ? 1 : slope);
-                }
+                for (int64_t c = 0; c < C; c++) wv[h * C + c] = w, zv[h * C + c] = gz[h];
             }
+            /* one loop over the H*C features, without branches inside: it vectorises */
+#define GATV2_SRC_LOOP(U)                                                \
+            for (int64_t q = 0; q < HC; q++) {                           \
+                acc_t u = (U), k = u > 0 ? (acc_t)1 : slope;             \
+                gxj[q] += wv[q] * gi[q] + zv[q] * att[q] * k;            \
+            }
+            if (ete)
+                GATV2_SRC_LOOP((acc_t)(xj[q] + xri[q]) + ete[q])
+            else
+                GATV2_SRC_LOOP((acc_t)(xj[q] + xri[q]))
+#undef GATV2_SRC_LOOP
         }
     }
     return TSGU_OK;
 }
 
+TSGU_ISA_ATTR static int TSGU_FN(gatv2_grad_src_width)(const gatv2_grad_src_ctx *x, int64_t t, double *ws)
+{
+    TSGU_GAT_BY_WIDTH(x->g->feats, TSGU_FN(gatv2_grad_src_cols), x, t, ws)
+}
+
 TSGU_ISA_ATTR static int TSGU_FN(gatv2_grad_src_task)(void *vctx, int64_t t)
 {
     const gatv2_grad_src_ctx *x = vctx;
-    TSGU_GAT_BY_WIDTH(x->g->feats, TSGU_FN(gatv2_grad_src_cols), x, t)
+    double *ws = malloc((size_t)(2 * x->g->heads * x->g->feats + 1) * sizeof *ws);
+    if (!ws) return TSGU_ENOMEM;
+    int status = TSGU_FN(gatv2_grad_src_width)(x, t, ws);
+    free(ws);
+    return status;
 }
 
 #endif

@@ -128,6 +128,10 @@ PyObject *py_gatv2_grad(PyObject *self, PyObject *args)
         v2_array(&h[11], rt, H, C, -1) || v2_optional(&c, ogalpha, "grad_alpha", rt, A.nnz, H, -1, &galpha) ||
         v2_optional(&c, oget, "grad_et", rt, A.nnz, H, C, &get))
         return finish(&c, -1);
+    if ((get == NULL) != (g.et == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "grad_et must be given with et, and only with it");
+        return finish(&c, -1);
+    }
     const void *alpha = data_of(&h[5]), *G = data_of(&h[6]);
     void *dz = data_of(&h[7]), *gxl = data_of(&h[8]), *gxr = data_of(&h[9]), *arows = data_of(&h[10]);
     void *gatt = data_of(&h[11]);
