@@ -3,6 +3,7 @@
 Run from the repository root::
 
     MALLOC_MMAP_THRESHOLD_=65536 python -m benchmarks.gatv2            # a few minutes on 2 cores
+    MALLOC_MMAP_THRESHOLD_=65536 python -m benchmarks.gatv2 --quick    # about a minute: 5000 nodes, 50000 edges
     MALLOC_MMAP_THRESHOLD_=65536 python -m benchmarks.gatv2 --smoke    # seconds
 
 A training step of one layer, forward + backward (the gradients of x and of every
@@ -15,7 +16,7 @@ against PyG's in float64 (output and every gradient), then timed (medians of int
 steps after a warm-up step), then the peak memory of one step above what the process held
 before it (the resident set's high-water mark, reset through /proc/self/clear_refs; large
 blocks go back to the OS with the fixed mmap threshold above).  Timings are never asserted
-on.  Results: benchmarks/results/gatv2_{smoke,full}.{json,md}.
+on.  Results: benchmarks/results/gatv2_{smoke,quick,full}.{json,md}.
 """
 import argparse
 import gc
@@ -117,12 +118,13 @@ def run(n, E, F, C, heads, reps):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--out", default=RESULTS, help="folder of the results (default: benchmarks/results)")
     args = ap.parse_args()
     import torch_geometric
-    mode = "smoke" if args.smoke else "full"
-    n, E, reps = (500, 5000, 1) if args.smoke else (20_000, 200_000, args.reps)
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    n, E, reps = {"smoke": (500, 5000, 1), "quick": (5000, 50_000, 3), "full": (20_000, 200_000, args.reps)}[mode]
     cases = [run(n, E, 64, C, 4, reps) for C in (16, 64)]
     info = (f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}, torch_geometric "
             f"{torch_geometric.__version__}; one layer, float32, forward + backward (x and every parameter), "
