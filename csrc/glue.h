@@ -54,7 +54,7 @@ typedef struct {
     DLManagedTensor borrowed; /* dl_tensor from the exchange table; no deleter */
 } held;
 
-#define MAX_HELD 12
+#define MAX_HELD 16
 
 typedef struct {
     held t[MAX_HELD];
@@ -145,6 +145,9 @@ PyObject *py_softmax_grad(PyObject *self, PyObject *args);
 PyObject *py_gat_forward(PyObject *self, PyObject *args);
 PyObject *py_gat_grad_scores(PyObject *self, PyObject *args);
 PyObject *py_gat_grad_src(PyObject *self, PyObject *args);
+/* glue_gatv2.c: graph_attention_v2 */
+PyObject *py_gatv2_forward(PyObject *self, PyObject *args);
+PyObject *py_gatv2_grad(PyObject *self, PyObject *args);
 #ifdef TSGU_CUDA
 /* glue_cuda.c: the CUDA kernels (csrc/cuda/) */
 PyObject *py_cuda_csr_check(PyObject *self, PyObject *args);

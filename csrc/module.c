@@ -301,6 +301,12 @@ static PyMethodDef methods[] = {
      "nthreads)"},
     {"gat_grad_src", py_gat_grad_src, METH_VARARGS,
      "gat_grad_src(crow, col, n, m, x, seed, drop, scale, alpha, grad, dz, grad_x, grad_s, nthreads)"},
+    /* graph_attention_v2 (glue_gatv2.c) */
+    {"gatv2_forward", py_gatv2_forward, METH_VARARGS,
+     "gatv2_forward(crow, col, n, m, xl, xr, att, et, b, seed, drop, scale, slope, alpha, out, nthreads)"},
+    {"gatv2_grad", py_gatv2_grad, METH_VARARGS,
+     "gatv2_grad(crow, col, n, m, xl, xr, att, et, seed, drop, scale, slope, alpha, grad, grad_alpha, dz, grad_xl, "
+     "grad_xr, arows, grad_att, grad_et, nthreads)"},
 #ifdef TSGU_CUDA
     {"cuda_csr_check", py_cuda_csr_check, METH_VARARGS,
      "cuda_csr_check(crow, col, batch, n, m, item_nnz, flag, stream): raises for a malformed structure"},

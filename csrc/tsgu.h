@@ -190,4 +190,31 @@ int tsgu_gat_grad_scores(const tsgu_csr *A, const tsgu_gat *g, const void *alpha
 int tsgu_gat_grad_src(const tsgu_csr *A, const tsgu_gat *g, const void *alpha, const void *G, const void *dz,
                       void *gx, void *gs, int nthreads);
 
+/* GATv2 attention on a CSR pattern (gatv2_forward.c, gatv2_grad_rows.c, gatv2_grad_src.c,
+ * gatv2_grad_att.c): the score of entry (i, j) is computed from the two rows on the fly,
+ * per head h, sum_c att[h,c] LeakyReLU(xl[j,h,c] + xr[i,h,c] (+ et[e,h,c])) (+ b[e,h]);
+ * H heads of C features; every array contiguous, of A's value type rtype */
+typedef struct {
+    int64_t heads, feats; /* H, C */
+    const void *xl;       /* (m, H, C) source rows: in the scores and the messages */
+    const void *xr;       /* (n, H, C) target rows: in the scores */
+    const void *att;      /* (H, C) the attention vector */
+    const void *et;       /* (nnz, H, C) an edge term added inside LeakyReLU, or NULL: none */
+    const void *b;        /* (nnz, H) a score added after the sum over c, or NULL: none */
+    uint64_t seed;        /* dropout as tsgu_gat's (tsgu_gat_draw of seed, e*H + h) */
+    int64_t drop;         /* of 2^24; 0: no dropout */
+    double scale;         /* a kept entry's factor 1/(1-p) (1 without dropout) */
+    double slope;         /* LeakyReLU's negative slope */
+} tsgu_gatv2;
+/* alpha (nnz, H) the attention probabilities; out (n, H, C); G (n, H, C) out's gradient;
+ * galpha (nnz, H) alpha's or NULL; dz (nnz, H) the scores' gradient (b's); gxr (n, H, C);
+ * arows (n, H, C) each row's share of att's gradient, summed by tsgu_gatv2_grad_att into
+ * gatt (H, C); get (nnz, H, C) et's gradient or NULL; gxl (m, H, C) */
+int tsgu_gatv2_forward(const tsgu_csr *A, const tsgu_gatv2 *g, void *alpha, void *out, int nthreads);
+int tsgu_gatv2_grad_rows(const tsgu_csr *A, const tsgu_gatv2 *g, const void *alpha, const void *G,
+                         const void *galpha, void *dz, void *gxr, void *arows, void *get, int nthreads);
+int tsgu_gatv2_grad_src(const tsgu_csr *A, const tsgu_gatv2 *g, const void *alpha, const void *G, const void *dz,
+                        void *gxl, int nthreads);
+int tsgu_gatv2_grad_att(int64_t n, int64_t width, tsgu_real rtype, const void *arows, void *gatt, int nthreads);
+
 #endif

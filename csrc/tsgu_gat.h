@@ -27,6 +27,11 @@ static inline int tsgu_gat_dropped(const tsgu_gat *g, int64_t q)
     return g->drop > 0 && tsgu_gat_draw(g->seed, q) < g->drop;
 }
 
+/* GATv2's sums over a head's features (gatv2_forward.c's scores, gatv2_grad_rows.c's
+ * dot products) are taken in this many interleaved partial sums, added pairwise: a fixed
+ * order that vectorises */
+#define TSGU_GATV2_LANES 8
+
 /* return fn(args..., F) with F a compile-time constant for the common head widths: those
  * of TSGU_BY_WIDTH (tsgu_inline.h) and 2, 4, 8 */
 #define TSGU_GAT_BY_WIDTH(F, fn, ...)              \

@@ -4,11 +4,11 @@ given to gradcheck themselves (torch sparse leaves, COO and CSR): a backward giv
 undefined gradient returns None, as PyTorch's own ops do, not a sparse zero on A's
 pattern, which that check cannot compare (``eq`` is not defined for sparse layouts;
 issue 26).  The ops reached through custom operators (SparseCSR, graph_attention,
-gather_mm, segment_mm) are swept too."""
+graph_attention_v2, gather_mm, segment_mm) are swept too."""
 import pytest
 import torch
 
-from torchsparsegradutils import (SparseCSR, gather_mm, graph_attention, sampled_addmm, segment_mm,
+from torchsparsegradutils import (SparseCSR, gather_mm, graph_attention, graph_attention_v2, sampled_addmm, segment_mm,
                                   sparse_bidir_logsumexp, sparse_generic_lstsq, sparse_generic_solve,
                                   sparse_log_softmax, sparse_logsumexp, sparse_mm, sparse_softmax,
                                   sparse_triangular_solve)
@@ -95,6 +95,8 @@ CUSTOM_OPS = {
     "SparseCSR.sparse_softmax": lambda: (lambda v: sparse_softmax(SparseCSR(*_S[:2], v, (4, 3))).values, (_S[2],)),
     "graph_attention": lambda: (lambda x, s, d: graph_attention(_matrix(4, 4, 5).to_sparse(), x, s, d, 0.2),
                                 (_leaf(4, 1, 2), _leaf(4, 1, seed=1), _leaf(4, 1, seed=2))),
+    "graph_attention_v2": lambda: (lambda xl, xr, att: graph_attention_v2(_matrix(4, 4, 5).to_sparse(), xl, xr, att),
+                                   (_leaf(4, 1, 2), _leaf(4, 1, 2, seed=1), _leaf(1, 2, seed=2))),
     "gather_mm": lambda: (lambda a, b: gather_mm(a, b, torch.tensor([0, 1, 1])), (_leaf(3, 2), _leaf(2, 2, 2))),
     "segment_mm": lambda: (lambda a, b: segment_mm(a, b, torch.tensor([1, 2])), (_leaf(3, 2), _leaf(2, 2, 2))),
 }

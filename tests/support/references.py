@@ -104,6 +104,24 @@ def dense_graph_attention(pattern, x, s, d, slope=0.2, edge_score=None):
     return torch.einsum("hnm,mhf->nhf", alpha, x)
 
 
+def dense_graph_attention_v2(pattern, xl, xr, att, slope=0.2, edge_term=None, edge_score=None):
+    """(out (n, H, C), alpha (nnz, H)): graph_attention_v2 in dense PyTorch: per head, the
+    softmax over each row of sum_c att[h,c] LeakyReLU(xl[j,h,c] + xr[i,h,c] (+ edge_term))
+    (+ edge_score), masked to the (n, m) boolean pattern (absent entries -inf; a row
+    without entries gives zeros), then alpha @ xl; the (nnz, ...) operands and alpha in the
+    pattern's row-major order.  Builds (n, m, H, C): small cases only."""
+    u = xl[None, :] + xr[:, None]                                  # (n, m, H, C)
+    if edge_term is not None:
+        mask = pattern[..., None, None].expand(u.shape)
+        u = u + torch.zeros(u.shape, dtype=u.dtype).masked_scatter(mask, edge_term)
+    z = (torch.nn.functional.leaky_relu(u, slope) * att).sum(-1)   # (n, m, H)
+    if edge_score is not None:
+        mask = pattern[..., None].expand(z.shape)
+        z = z + torch.zeros(z.shape, dtype=z.dtype).masked_scatter(mask, edge_score)
+    alpha = torch.softmax(z.masked_fill(~pattern[..., None], float("-inf")), 1).nan_to_num(0.0)
+    return torch.einsum("nmh,mhc->nhc", alpha, xl), alpha[pattern]
+
+
 def dense_edge_score(pattern, edge_score):
     """(H, n, m): edge_score (nnz, H), one row per True of the (n, m) pattern in row-major
     order, at its entry (zeros elsewhere); differentiable."""

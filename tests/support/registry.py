@@ -14,6 +14,7 @@ import torch
 import torchsparsegradutils as tsgu
 
 from support import cases
+from support import gatv2 as gatv2_cases
 from support.cases import ENCODER_VARIANTS, GAT_VARIANTS, REDUCTIONS, Case, Spec
 from support.malformed import (CUSTOM_OP_MALFORMED, ENCODER_MALFORMED, GROUPED_MALFORMED, MALFORMED, MALFORMED_BATCHED,
                                SAMPLED_ADDMM_XY, SPARSE_CSR_MALFORMED, SPARSE_CSR_OF_A, TO_TORCH_MALFORMED,
@@ -239,6 +240,21 @@ OPS = [
        dtype_error=None, variants=len(GAT_VARIANTS),
        large=Spec(n=5000, m=16, p=16, nnz=100000, variant=1), sparse_input=False, own_kernels=False,
        dense_products=True),
+    # GATv2: the op (1 head, or 2 with an edge_term and an edge_score: variants 0-1), and
+    # GATv2Conv (gatv2_cases.GATV2_VARIANTS)
+    Op("graph_attention_v2", gatv2_cases.make_graph_attention_v2, batched=False,
+       must_raise=("x_src", "x_dst", "att", "edge_term"),
+       dtype_error=(TypeError, "supports float32 and float64"), variants=2,
+       malformed_call="graph_attention_v2(A, torch.ones(A.shape[-1], 1, 2), torch.ones(A.shape[-2], 1, 2), "
+                      "torch.ones(1, 2))",
+       large=Spec(n=600, m=500, p=16, nnz=30000, dtype=torch.float32, itype=torch.int32, variant=1),
+       sparse_input=False),
+    Op("nn.GATv2Conv", gatv2_cases.make_gatv2_conv, layouts=("dense",), batched=False,
+       must_raise=("x", "weight_l", "att"),
+       malformed=gcn_malformed("tsgu.nn.GATv2Conv(2, 2)(torch.randn(3, 2), e)"), malformed_match="",
+       dtype_error=None, variants=len(gatv2_cases.GATV2_VARIANTS),
+       large=Spec(n=5000, m=16, p=16, nnz=100000, variant=1), sparse_input=False, own_kernels=False,
+       dense_products=True),
     Op("distributions.SparseMultivariateNormal", cases.make_mvn, layouts=FULL_RANK_LAYOUTS, must_raise=(),
        malformed_call="tsgu.distributions.SparseMultivariateNormal(torch.zeros(A.shape[:-1]), scale_tril=A, "
                       "validate_args=False).log_prob(torch.zeros(A.shape[:-1]))",
@@ -336,6 +352,8 @@ HYPERSPARSE = {
     "nn.SAGEConv": DENSE_ROWS,
     "graph_attention": DENSE_ROWS,
     "nn.GATConv": DENSE_ROWS,
+    "graph_attention_v2": DENSE_ROWS,
+    "nn.GATv2Conv": DENSE_ROWS,
     "distributions.SparseMultivariateNormal": SQUARE,
     "encoders.PairwiseEncoder": DENSE_ROWS,
     "torch.ops.tsgu.spmm": CSR_ROWS,

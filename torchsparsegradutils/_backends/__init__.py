@@ -430,3 +430,24 @@ def gat_dropped(seed: torch.Tensor, nnz: int, heads: int, drop: int) -> torch.Te
     """bool (nnz, heads): which attention weights gat's dropout drops (the kernels' draw,
     csrc/tsgu_gat.h), for return_attention: PyTorch's ops on every device."""
     return torch_ops.gat_dropped(seed, nnz, heads, drop)
+
+
+# --------------------------------------------------- GATv2 attention (graph_attention_v2)
+# A 2-D view (n, m); xl (m, H, C) the source rows (scores and messages), xr (n, H, C) the
+# target rows, att (H, C), et (nnz, H, C) an edge term inside LeakyReLU or None, b (nnz,
+# H) a score added after the sum or None, contiguous; dropout as gat's.  CUDA: triton.
+def gatv2(A: CSRView, xl: torch.Tensor, xr: torch.Tensor, att: torch.Tensor, et, b, seed, drop: int, scale: float,
+          slope: float):
+    """(out, alpha): alpha[q,h] = softmax over row i's entries of sum_c att[h,c]
+    LeakyReLU(xl[j,h,c] + xr[i,h,c] (+ et[q,h,c])) (+ b[q,h]), out[i,h,:] = sum over row i
+    of alpha * (0 if dropped else scale) * xl[j,h,:]; out (n, H, C), alpha (nnz, H), before dropout."""
+    return _backend(False, xl, xr, att, has_triton=True).gatv2(A, xl, xr, att, et, b, seed, drop, scale, slope)
+
+
+def gatv2_grad(A: CSRView, xl: torch.Tensor, xr: torch.Tensor, att: torch.Tensor, et, seed, drop: int,
+               scale: float, slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
+    """(gxl, gxr, gatt, get, gb): the gradients w.r.t. xl, xr, att, et (None without it) and
+    b (the scores' gradient, (nnz, H), made whether or not b is given) of gatv2's out
+    (upstream G) and alpha (upstream galpha, or None)."""
+    return _backend(False, xl, G, alpha, has_triton=True).gatv2_grad(A, xl, xr, att, et, seed, drop, scale, slope,
+                                                                    alpha, G, galpha)

@@ -357,6 +357,37 @@ def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, s
     return gx, gs, gd, dz
 
 
+# --------------------------------------------------- GATv2 attention (graph_attention_v2)
+# A 2-D view (n, m); xl (m, H, C), xr (n, H, C), att (H, C), et (nnz, H, C) or None, b
+# (nnz, H) or None and the gradients, as kernel_array makes them; dropout as gat's.
+def gatv2(A: CSRView, xl: torch.Tensor, xr: torch.Tensor, att: torch.Tensor, et, b, seed, drop: int,
+          scale: float, slope: float):
+    """(out (n, H, C), alpha (nnz, H)): each entry's score from its two rows, the softmax
+    over each row and the weighted rows of xl, in one walk (csrc/gatv2_forward.c); no
+    (nnz, H, C) temporary."""
+    n, (_, H, C) = A.nrows, xl.shape
+    out = torch.empty(n, H, C, dtype=xl.dtype)
+    alpha = torch.empty(A.col.shape[0], H, dtype=xl.dtype)
+    _C.gatv2_forward(A.ptr, A.col, n, A.ncols, xl, xr, att, et, b, _seed(seed), drop, scale, slope, alpha, out,
+                     torch.get_num_threads())
+    return out, alpha
+
+
+def gatv2_grad(A: CSRView, xl: torch.Tensor, xr: torch.Tensor, att: torch.Tensor, et, seed, drop: int,
+               scale: float, slope: float, alpha: torch.Tensor, G: torch.Tensor, galpha):
+    """(gxl, gxr, gatt, get, gb): the gradients of gatv2's out (G) and alpha (galpha, or
+    None) by rows (csrc/gatv2_grad_rows.c: the scores' gradient gb, gxr, et's get), by
+    sources (csrc/gatv2_grad_src.c: gxl) and att's as the sum of the rows' shares
+    (csrc/gatv2_grad_att.c, through one (n, H, C) workspace); get is None without et."""
+    n, m = A.nrows, A.ncols
+    dz = torch.empty_like(alpha)
+    gxl, gxr, arows, gatt = torch.empty_like(xl), torch.empty_like(xr), torch.empty_like(xr), torch.empty_like(att)
+    get = None if et is None else torch.empty_like(et)
+    _C.gatv2_grad(A.ptr, A.col, n, m, xl, xr, att, et, _seed(seed), drop, scale, slope, alpha, G, galpha, dz, gxl,
+                  gxr, arows, gatt, get, torch.get_num_threads())
+    return gxl, gxr, gatt, get, dz
+
+
 def _seed(seed) -> int:
     """The dropout seed as the kernels take it: an unsigned 64-bit int (0 without dropout)."""
     return 0 if seed is None else int(seed) % 2**64

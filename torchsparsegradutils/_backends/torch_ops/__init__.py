@@ -10,6 +10,7 @@ as the triton backend's; this package has the names the route calls.
 from ._common import global_csr, global_matrix  # noqa: F401
 from .arg import gather_arg, sddmm_arg, spmm_arg, spmm_t_arg  # noqa: F401
 from .gat import gat, gat_dropped, gat_grad  # noqa: F401
+from .gatv2 import gatv2, gatv2_grad  # noqa: F401
 from .grouped import group_rows, grouped_mm, grouped_mm_tn  # noqa: F401
 from .lse import lse_grad, lse_groups, lse_items, lse_wsum  # noqa: F401
 from .products import sddmm, spmm, spmm_t  # noqa: F401

@@ -11,6 +11,7 @@ element from one program: no atomics, so the results do not depend on scheduling
 sums over columns go through the transpose's pattern (_common.transpose).
 """
 from .gat import gat, gat_grad  # noqa: F401
+from .gatv2 import gatv2, gatv2_grad  # noqa: F401
 from .reduce import sddmm, sddmm_arg, spmm, spmm_arg, spmm_t, spmm_t_arg  # noqa: F401
 from .softmax import softmax, softmax_grad  # noqa: F401
 from .spgemm import spgemm, spgemm_grad  # noqa: F401

@@ -1,8 +1,9 @@
-"""GATConv's edges, as PyTorch Geometric handles them: the given self loops removed and
+"""GATConv's and GATv2Conv's edges, as PyTorch Geometric handles them: the given self loops removed and
 one per node added, repeated edges merged into one pattern entry (their copies' share
 folded into an additive score), the added loops' edge_attr by fill_value, and the
 attention weights' output forms (per edge, or a torch sparse tensor for a sparse
-adjacency)."""
+adjacency); for GATv2Conv, the per-entry edge terms and repeated edges' scores
+(_v2_entry_terms)."""
 import math
 from typing import NamedTuple, Optional
 
@@ -154,3 +155,36 @@ def _pattern_arrays(A: torch.Tensor):
     """(row pointers, columns) of a 2-D torch sparse tensor (a COO one's coalesced pattern)."""
     view = checked_view(A.detach())
     return view.ptr, view.col
+
+
+def _v2_entry_terms(plan: _Plan, xl, xr, att, ea_occ, W_edge, slope: float):
+    """GATv2Conv's per-entry operands of graph_attention_v2 on plan's pattern, for xl (m,
+    H, C), xr (n, H, C), att (H, C), ea_occ (E', D) the edges' edge_attr in plan.edge_index's
+    order (or None) and W_edge (H*C, D): (edge_term (nnz, H, C) or None, edge_score (nnz, H)
+    or None, share (copies, H) or None).  An edge stored once takes lin_edge of its own
+    edge_attr as its edge term.  An entry standing for k copies takes none (0), and the
+    additive score lse_k(z_k) - z_0 (z_k a copy's score with its edge term, z_0 the entry's
+    without): its softmax weight is the copies' summed, so out and every gradient are PyG's
+    (copies with different edge_attr included); share is each copy's part of it."""
+    nnz, (H, C) = plan.A.col_indices.shape[0], att.shape
+    dup = plan.dup
+    et = None
+    if ea_occ is not None:
+        single = plan.inv if dup is None else plan.inv.index_select(0, dup.single)
+        src = ea_occ if dup is None else ea_occ.index_select(0, dup.single)
+        ea = ea_occ.new_zeros(nnz, ea_occ.shape[1]).index_copy(0, single, src)
+        et = F.linear(ea, W_edge).view(nnz, H, C)
+    if dup is None:
+        return et, None, None
+    u0 = xl.index_select(0, plan.A.col_indices[dup.entries]) + xr.index_select(0, plan.rows[dup.entries])
+    z0 = (F.leaky_relu(u0, slope) * att).sum(-1)
+    u = u0.index_select(0, dup.slot)
+    if ea_occ is not None:
+        u = u + F.linear(ea_occ.index_select(0, dup.occ), W_edge).view(-1, H, C)
+    z = (F.leaky_relu(u, slope) * att).sum(-1)
+    S = dup.entries.shape[0]
+    mx = z.detach().new_full((S, H), -math.inf).scatter_reduce(0, dup.slot[:, None].expand(-1, H), z.detach(),
+                                                                 "amax")
+    lse = torch.log(z.new_zeros(S, H).index_add(0, dup.slot, torch.exp(z - mx.index_select(0, dup.slot)))) + mx
+    b = z0.new_zeros(nnz, H).index_add(0, dup.entries, lse - z0)
+    return et, b, torch.exp(z - lse.index_select(0, dup.slot))
