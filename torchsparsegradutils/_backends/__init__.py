@@ -9,17 +9,18 @@
     torch_ops  PyTorch's own ops, for everything else
 
 Each function here is one op on a CSRView (or on dense rows and their grouping):
-it does what is the same on every route (a hypersparse view's kept rows, the
-output layout of the log-sum-exp), picks the backend, and calls it.
+it does what is the same on every route (a hypersparse view's kept rows, through
+kept_rows.py; the output layout of the log-sum-exp), picks the backend, and calls it.
 """
 import torch
 
 from .._core import native
-from .._core.intake import as_csr, check_structure
+from .._core.intake import as_csr
 from .._core.torch_sparse import csr_tensor
-from .._core.view import CSRView, entry_rows, item_rows, kernel_array, product_itype, view_of
+from .._core.view import CSRView, item_rows, kernel_array, product_itype, view_of
 from . import cpu, cuda, torch_ops
 from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
+from .kept_rows import block_diagonal, dense_on_rows, on_kept_rows
 
 # Tests set this to run the torch-ops route on CPU tensors.
 force_torch_ops = False
@@ -84,7 +85,7 @@ def on_cpu(*tensors: torch.Tensor) -> bool:
 def spmm(A: CSRView, B: torch.Tensor, mean: bool = False) -> torch.Tensor:
     """C = A @ B for every batch item; B is (m, p) or (b, m, p)."""
     if A.rows is not None:
-        return _on_kept_rows(A, spmm(A._replace(rows=None), item_rows(B), mean))
+        return on_kept_rows(A, spmm(A._replace(rows=None), item_rows(B), mean))
     return _backend(not mean, A.values, B, has_triton=True).spmm(A, B, mean)
 
 
@@ -118,7 +119,7 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
 def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     """(ptr, index, values) of C = A @ B for every batch item."""
     if A.rows is not None:
-        ptr, col, values = spgemm(A._replace(rows=None), _block_diagonal(B))
+        ptr, col, values = spgemm(A._replace(rows=None), block_diagonal(B))
         row = A.rows.repeat_interleave(ptr.diff())                 # C's entries' global rows
         n, p = A.shape[-2], B.ncols
         if len(A.shape) == 3:
@@ -135,41 +136,11 @@ def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
     entries (shaped like A.col and B.col), None where not needed."""
     if A.rows is not None:
         if not isinstance(G, CSRView):
-            G = _dense_on_rows(G, A.rows, A.shape[-2])
-        ga, gb = spgemm_grad(A._replace(rows=None), _block_diagonal(B), G, need_a, need_b)
+            G = dense_on_rows(G, A.rows, A.shape[-2])
+        ga, gb = spgemm_grad(A._replace(rows=None), block_diagonal(B), G, need_a, need_b)
         return ga, None if gb is None else gb.reshape(B.col.shape)
     return _backend(False, A.values, B.values, _grad_values(G), has_triton=True).spgemm_grad(A, B, G, need_a,
                                                                                               need_b)
-
-
-def _block_diagonal(B: CSRView) -> CSRView:
-    """B's b items (m x p) as one matrix, their (b*m) x (b*p) block diagonal: global
-    rows k*m + j and columns k*p + c, the right operand of a kept-rows view (whose
-    columns are global).  O(nnz(B) + b*m); B itself for one 2D item."""
-    b, m, p = B.batch, B.nrows, B.ncols
-    if b == 1 and B.ptr.dim() == 1:
-        return B
-    if B.coo_indices is None:            # a CSR's arrays: checked before index arithmetic reads them
-        check_structure(B)
-    ptr, col, values = B.ptr.long(), B.col.long(), B.values
-    if ptr.dim() == 2:                   # batched CSR: (b, m+1) pointers, (b, nnz) columns
-        per = col.shape[1]
-        ptr = torch.cat([(ptr[:, :-1] + torch.arange(b, device=ptr.device).unsqueeze(1) * per).reshape(-1),
-                         ptr.new_full((1,), b * per)])
-        col, values = col.reshape(-1), values.reshape(-1)
-    col = col + entry_rows(ptr) // m * p if m else col
-    return CSRView(ptr, col, values, 1, b * m, b * p, torch.Size((b * m, b * p)))
-
-
-def _dense_on_rows(G: torch.Tensor, rows: torch.Tensor, n: int) -> CSRView:
-    """A dense G ((n, p) or (b, n, p)) on the kept rows `rows` (global, sorted) as a
-    full CSRView of those rows, its columns global (k*p + c): O(len(rows)*p)."""
-    p = G.shape[-1]
-    g = item_rows(G).index_select(0, rows)
-    ptr = torch.arange(rows.numel() + 1, device=G.device) * p
-    col = ((rows // n).unsqueeze(1) * p + torch.arange(p, device=G.device)).reshape(-1)
-    b = G.shape[0] if G.dim() == 3 else 1
-    return CSRView(ptr, col, g.reshape(-1), 1, rows.numel(), b * p, torch.Size((rows.numel(), b * p)))
 
 
 def _grad_values(G) -> torch.Tensor:
@@ -186,7 +157,7 @@ def spmm_arg(A: CSRView, B: torch.Tensor, is_min: bool, need_arg: bool = True):
     unless need_arg."""
     if A.rows is not None:
         C, arg = spmm_arg(A._replace(rows=None), item_rows(B), is_min, need_arg)
-        return _on_kept_rows(A, C), arg
+        return on_kept_rows(A, C), arg
     return _backend(False, A.values, B, has_triton=True).spmm_arg(A, B, is_min, need_arg)
 
 
@@ -212,16 +183,8 @@ def gather_arg(A: CSRView, arg: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     (0 where none): spmm_arg's output with arg fixed, for second derivatives only:
     PyTorch's ops on every device."""
     if A.rows is not None:
-        return _on_kept_rows(A, torch_ops.gather_arg(A._replace(rows=None), arg, item_rows(X)))
+        return on_kept_rows(A, torch_ops.gather_arg(A._replace(rows=None), arg, item_rows(X)))
     return torch_ops.gather_arg(A, arg, X)
-
-
-def _on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:
-    """Y (n_kept, p), the rows of a hypersparse A's product, placed at their global
-    rows of a zero (n, p) or (b, n, p) output."""
-    out = Y.new_zeros((*A.shape[:-1], Y.shape[-1]))
-    item_rows(out).index_copy_(0, A.rows, Y)
-    return out
 
 
 def spmm_reduce(A: CSRView, B: torch.Tensor, reduce: str) -> torch.Tensor:
