@@ -7,6 +7,8 @@ and returns a `CSRView` without copying A's arrays when A is CSR or a COO whose
 entries are sorted and unique (flagged coalesced or not); an unsorted COO is
 coalesced through a cached sort of its index array.
 """
+from typing import Optional
+
 import torch
 
 from . import native
@@ -33,7 +35,7 @@ def as_csr_values(A: torch.Tensor):
     return view, view.values if values is None else values
 
 
-def values_of(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+def values_of(A: torch.Tensor, values: Optional[torch.Tensor]) -> torch.Tensor:
     """A's values in the order of its view (`values`, the view's), differentiable w.r.t.
     A when A carries a graph (a COO A's through coalesce, as its view coalesces)."""
     if not A.requires_grad:

@@ -151,6 +151,29 @@ def _sparse_weights(given, A, alpha: torch.Tensor) -> torch.Tensor:
     return csr_tensor(ptr, col, alpha, size)
 
 
+def _layer_output(out: torch.Tensor, alpha, concat: bool, res, bias, sparse_given, A, plan: Optional[_Plan], share):
+    """A GAT layer's result as PyG returns it, from the attention's output (n, H, C) and
+    weights alpha (per entry of A; None unless asked for): heads concatenated (concat) or
+    averaged, the residual res and the bias added (each None where absent); with alpha,
+    (out, weights) in PyG's form: for a sparse adjacency given (sparse_given, else None)
+    the sparse tensor of the weights on its pattern, else (edge_index, one weight per
+    edge occurrence, a repeated edge's split by `share`) from the plan."""
+    out = out.flatten(1) if concat else out.mean(1)
+    if res is not None:
+        out = out + res
+    if bias is not None:
+        out = out + bias
+    if alpha is None:
+        return out
+    if sparse_given is not None:
+        return out, (_sparse_weights(sparse_given, A, alpha), alpha)
+    alpha_occ = alpha.index_select(0, plan.inv)
+    if share is not None:
+        occ = plan.dup.occ
+        alpha_occ = alpha_occ.index_copy(0, occ, alpha_occ.index_select(0, occ) * share)
+    return out, (plan.edge_index, alpha_occ)
+
+
 def _pattern_arrays(A: torch.Tensor):
     """(row pointers, columns) of a 2-D torch sparse tensor (a COO one's coalesced pattern)."""
     view = checked_view(A.detach())

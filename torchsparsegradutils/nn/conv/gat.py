@@ -12,7 +12,7 @@ from ..._core.structures import coo_structure
 from ...graph_attention import graph_attention
 from .._features import check_features, linear
 from ._edge_index import cached, check_edge_index, is_sparse_adjacency, sparse_entries
-from ._gat_edges import _build_plan, _csr_of, _entry_scores, _loop_attr, _Plan, _sparse_weights
+from ._gat_edges import _build_plan, _csr_of, _entry_scores, _layer_output, _loop_attr, _Plan
 
 __all__ = ["GATConv", "gat_adjacency"]
 
@@ -221,20 +221,8 @@ class GATConv(torch.nn.Module):
         out = graph_attention(A, h_src, s, d, self.negative_slope, self.dropout, self.training,
                               return_attention=want_alpha, edge_score=e_entry)
         out, alpha = out if want_alpha else (out, None)
-        out = out.reshape(n_dst, H * C) if self.concat else out.mean(1)
-        if res is not None:
-            out = out + res
-        if self.bias is not None:
-            out = out + self.bias
-        if not want_alpha:
-            return out
-        if sparse:
-            return out, (_sparse_weights(edge_index, A, alpha), alpha)
-        alpha_occ = alpha.index_select(0, plan.inv)
-        if share is not None:
-            dup_occ = plan.dup.occ
-            alpha_occ = alpha_occ.index_copy(0, dup_occ, alpha_occ.index_select(0, dup_occ) * share)
-        return out, (plan.edge_index, alpha_occ)
+        return _layer_output(out, alpha, self.concat, res, self.bias, edge_index if sparse else None, A, plan,
+                             share)
 
     def _sizes(self, h_src, h_dst, edge_index, size):
         """(n_source, n_target, number of self loops to add) as PyG infers them (ValueError

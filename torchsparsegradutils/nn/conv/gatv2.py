@@ -12,7 +12,7 @@ from ..._core.sparse_csr import SparseCSR
 from ...graph_attention_v2 import graph_attention_v2
 from .._features import check_features, is_sparse, linear
 from ._edge_index import cached, check_edge_index, is_sparse_adjacency, sparse_entries
-from ._gat_edges import _build_plan, _csr_of, _loop_attr, _Plan, _sparse_weights, _v2_entry_terms
+from ._gat_edges import _build_plan, _csr_of, _layer_output, _loop_attr, _Plan, _v2_entry_terms
 from .gat import FILL_REDUCES, _glorot, _is_int
 
 __all__ = ["GATv2Conv"]
@@ -202,20 +202,8 @@ class GATv2Conv(torch.nn.Module):
         out = graph_attention_v2(A, x_l, x_r, att, self.negative_slope, self.dropout, self.training,
                                  return_attention=want_alpha, edge_term=et, edge_score=b)
         out, alpha = out if want_alpha else (out, None)
-        out = out.reshape(n_dst, H * C) if self.concat else out.mean(1)
-        if res is not None:
-            out = out + res
-        if self.bias is not None:
-            out = out + self.bias
-        if not want_alpha:
-            return out
-        if sparse:
-            return out, (_sparse_weights(edge_index, A, alpha), alpha)
-        alpha_occ = alpha.index_select(0, plan.inv)
-        if share is not None:
-            occ = plan.dup.occ
-            alpha_occ = alpha_occ.index_copy(0, occ, alpha_occ.index_select(0, occ) * share)
-        return out, (plan.edge_index, alpha_occ)
+        return _layer_output(out, alpha, self.concat, res, self.bias, edge_index if sparse else None, A, plan,
+                             share)
 
     def _plan(self, edge_index, n_src: int, n_dst: int, loops: int) -> _Plan:
         """The attention pattern of an edge_index (or a sparse adjacency) with PyG's self-loop
