@@ -15,7 +15,7 @@ from ..._core.sparse_csr import SparseCSR
 from ..._core.structures import coo_structure
 from ..._core.torch_sparse import coo_tensor, csr_tensor
 from ..._core.view import entry_rows
-from ._edge_index import sparse_entries
+from ._edge_index import cached, is_sparse_adjacency, sparse_entries
 
 
 class _Dup(NamedTuple):
@@ -149,6 +149,41 @@ def _sparse_weights(given, A, alpha: torch.Tensor) -> torch.Tensor:
         idx = torch.stack([entry_rows(ptr), col.long()])
         return coo_tensor(idx, alpha, size, is_coalesced=True)
     return csr_tensor(ptr, col, alpha, size)
+
+
+def _layer_plan(layer, edge_index, n_src: int, n_dst: int, loops: int, device) -> _Plan:
+    """The attention pattern of a GAT layer's edge_index (or sparse adjacency) with PyG's
+    self-loop handling (layer.add_self_loops), its repeated edges merged: cached on the
+    layer while the same contents come back."""
+    with_loops = layer.add_self_loops
+    if is_sparse_adjacency(edge_index):
+        rows, cols, _ = sparse_entries(edge_index)
+        ei = torch.stack([cols.long(), rows.long()])       # (source, target)
+        key = ("sparse", edge_index.layout if isinstance(edge_index, torch.Tensor) else "SparseCSR",
+               n_src, n_dst, loops, device, with_loops)
+    else:
+        ei = edge_index
+        key = ("edge_index", n_src, n_dst, loops, device, with_loops)
+    return cached(layer, key, ei, lambda: _build_plan(ei.to(device), n_src, n_dst, loops if with_loops else None))
+
+
+def _plan_edge_attr(edge_attr, edge_index, plan: _Plan, loops: int, edge_dim: int, fill_value,
+                    dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """(E', edge_dim): a GAT layer's edge_attr ((E,) or (E, edge_dim), checked) for every
+    edge of plan.edge_index: the kept edges', then the self loops' by fill_value; cast
+    to dtype first where given."""
+    if not isinstance(edge_attr, torch.Tensor):
+        raise ValueError(f"edge_attr must be a tensor or None, got {type(edge_attr).__name__}")
+    E = edge_index.shape[1]
+    ea = edge_attr.reshape(-1, 1) if edge_attr.dim() == 1 else edge_attr
+    if ea.dim() != 2 or ea.shape[0] != E or ea.shape[1] != edge_dim:
+        raise ValueError(f"edge_attr must be (E, edge_dim) = ({E}, {edge_dim}), got {tuple(edge_attr.shape)}")
+    if dtype is not None:
+        ea = ea.to(dtype)
+    if plan.keep is not None:
+        ea = ea[plan.keep]
+        ea = torch.cat([ea, _loop_attr(ea, plan.kept_targets, loops, fill_value)])
+    return ea
 
 
 def _layer_output(out: torch.Tensor, alpha, concat: bool, res, bias, sparse_given, A, plan: Optional[_Plan], share):

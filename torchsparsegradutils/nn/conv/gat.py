@@ -11,8 +11,8 @@ from ..._core.sparse_csr import SparseCSR
 from ..._core.structures import coo_structure
 from ...graph_attention import graph_attention
 from .._features import check_features, linear
-from ._edge_index import cached, check_edge_index, is_sparse_adjacency, sparse_entries
-from ._gat_edges import _build_plan, _csr_of, _entry_scores, _layer_output, _loop_attr, _Plan
+from ._edge_index import check_edge_index, is_sparse_adjacency
+from ._gat_edges import _csr_of, _entry_scores, _layer_output, _layer_plan, _Plan, _plan_edge_attr
 
 __all__ = ["GATConv", "gat_adjacency"]
 
@@ -213,7 +213,7 @@ class GATConv(torch.nn.Module):
         if sparse and not self.add_self_loops:
             A, plan = (edge_index if edge_index.layout != torch.sparse_csc else _csr_of(edge_index)), None
         else:
-            plan = self._plan(edge_index, n_src, n_dst, loops)
+            plan = _layer_plan(self, edge_index, n_src, n_dst, loops, self.att_src.device)
             A = plan.A
         e_occ = self._edge_scores(edge_attr, edge_index, plan, loops) if use_edges else None
         e_entry, share = _entry_scores(plan, s, d, e_occ, self.negative_slope) if plan is not None else (None, None)
@@ -257,33 +257,10 @@ class GATConv(torch.nn.Module):
             raise ValueError(f"x_target has {h_dst.shape[0]} rows but there are {n_dst} target nodes")
         return n_src, n_dst, loops
 
-    def _plan(self, edge_index, n_src: int, n_dst: int, loops: int) -> "_Plan":
-        """The attention pattern of an edge_index (or a sparse adjacency) with PyG's self-loop
-        handling, its repeated edges merged: cached while the same contents come back."""
-        device = self.att_src.device
-        with_loops = self.add_self_loops
-        if is_sparse_adjacency(edge_index):
-            rows, cols, _ = sparse_entries(edge_index)
-            ei = torch.stack([cols.long(), rows.long()])       # (source, target)
-            key = ("sparse", edge_index.layout if isinstance(edge_index, torch.Tensor) else "SparseCSR",
-                   n_src, n_dst, loops, device, with_loops)
-        else:
-            ei = edge_index
-            key = ("edge_index", n_src, n_dst, loops, device, with_loops)
-        return cached(self, key, ei, lambda: _build_plan(ei.to(device), n_src, n_dst, loops if with_loops else None))
-
     def _edge_scores(self, edge_attr, edge_index, plan: "_Plan", loops: int) -> torch.Tensor:
         """(E', heads): a_edge . W_e e for every edge of plan.edge_index (the kept edges'
         edge_attr, then the self loops' by fill_value), as edge_attr @ M^T."""
-        if not isinstance(edge_attr, torch.Tensor):
-            raise ValueError(f"edge_attr must be a tensor or None, got {type(edge_attr).__name__}")
-        E = edge_index.shape[1]
-        ea = edge_attr.reshape(-1, 1) if edge_attr.dim() == 1 else edge_attr
-        if ea.dim() != 2 or ea.shape[0] != E or ea.shape[1] != self.edge_dim:
-            raise ValueError(f"edge_attr must be (E, edge_dim) = ({E}, {self.edge_dim}), got {tuple(edge_attr.shape)}")
-        if plan.keep is not None:
-            ea = ea[plan.keep]
-            ea = torch.cat([ea, _loop_attr(ea, plan.kept_targets, loops, self.fill_value)])
+        ea = _plan_edge_attr(edge_attr, edge_index, plan, loops, self.edge_dim, self.fill_value)
         H, C = self.heads, self.out_channels
         W = self.lin_edge.weight.view(H, C, -1)
         M = (W * self.att_edge.view(H, C, 1)).sum(1)              # (H, edge_dim)

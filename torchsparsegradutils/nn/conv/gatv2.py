@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from ..._core.sparse_csr import SparseCSR
 from ...graph_attention_v2 import graph_attention_v2
 from .._features import check_features, is_sparse, linear
-from ._edge_index import cached, check_edge_index, is_sparse_adjacency, sparse_entries
-from ._gat_edges import _build_plan, _csr_of, _layer_output, _loop_attr, _Plan, _v2_entry_terms
+from ._edge_index import check_edge_index, is_sparse_adjacency
+from ._gat_edges import _csr_of, _layer_output, _layer_plan, _plan_edge_attr, _v2_entry_terms
 from .gat import FILL_REDUCES, _glorot, _is_int
 
 __all__ = ["GATv2Conv"]
@@ -190,12 +190,13 @@ class GATv2Conv(torch.nn.Module):
         if sparse and not self.add_self_loops:
             A, plan = (edge_index if edge_index.layout != torch.sparse_csc else _csr_of(edge_index)), None
         else:
-            plan = self._plan(edge_index, n_src, n_dst, loops)
+            plan = _layer_plan(self, edge_index, n_src, n_dst, loops, self.att.device)
             A = plan.A
         att = self.att.view(H, C)
         et = b = share = None
         if plan is not None:
-            ea = None if edge_attr is None else self._edge_attr(edge_attr, edge_index, plan, loops)
+            ea = None if edge_attr is None else _plan_edge_attr(edge_attr, edge_index, plan, loops, self.edge_dim,
+                                                                self.fill_value, self.lin_edge.weight.dtype)
             W = None if ea is None else self.lin_edge.weight
             et, b, share = _v2_entry_terms(plan, x_l, x_r, att, ea, W, self.negative_slope)
         want_alpha = bool(return_attention_weights)
@@ -204,36 +205,6 @@ class GATv2Conv(torch.nn.Module):
         out, alpha = out if want_alpha else (out, None)
         return _layer_output(out, alpha, self.concat, res, self.bias, edge_index if sparse else None, A, plan,
                              share)
-
-    def _plan(self, edge_index, n_src: int, n_dst: int, loops: int) -> _Plan:
-        """The attention pattern of an edge_index (or a sparse adjacency) with PyG's self-loop
-        handling, its repeated edges merged: cached while the same contents come back."""
-        device = self.att.device
-        with_loops = self.add_self_loops
-        if is_sparse_adjacency(edge_index):
-            rows, cols, _ = sparse_entries(edge_index)
-            ei = torch.stack([cols.long(), rows.long()])       # (source, target)
-            key = ("sparse", edge_index.layout if isinstance(edge_index, torch.Tensor) else "SparseCSR",
-                   n_src, n_dst, loops, device, with_loops)
-        else:
-            ei = edge_index
-            key = ("edge_index", n_src, n_dst, loops, device, with_loops)
-        return cached(self, key, ei, lambda: _build_plan(ei.to(device), n_src, n_dst, loops if with_loops else None))
-
-    def _edge_attr(self, edge_attr, edge_index, plan: _Plan, loops: int) -> torch.Tensor:
-        """(E', edge_dim): the edge_attr of every edge of plan.edge_index (the kept edges',
-        then the self loops' by fill_value)."""
-        if not isinstance(edge_attr, torch.Tensor):
-            raise ValueError(f"edge_attr must be a tensor or None, got {type(edge_attr).__name__}")
-        E = edge_index.shape[1]
-        ea = edge_attr.reshape(-1, 1) if edge_attr.dim() == 1 else edge_attr
-        if ea.dim() != 2 or ea.shape[0] != E or ea.shape[1] != self.edge_dim:
-            raise ValueError(f"edge_attr must be (E, edge_dim) = ({E}, {self.edge_dim}), got {tuple(edge_attr.shape)}")
-        ea = ea.to(self.lin_edge.weight.dtype)
-        if plan.keep is not None:
-            ea = ea[plan.keep]
-            ea = torch.cat([ea, _loop_attr(ea, plan.kept_targets, loops, self.fill_value)])
-        return ea
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
