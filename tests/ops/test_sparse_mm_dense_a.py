@@ -44,7 +44,7 @@ def test_dense_times_sparse_matches_dense_autograd(layout, batch):
     X, D = operands(batch)
     x, B = X.clone().requires_grad_(), sparse_b(D, layout)
     C = sparse_mm(x, B)
-    assert C.layout == torch.strided and C.shape == (X @ D).shape
+    assert C.layout == torch.strided and C.shape == (X @ D).shape and C.is_contiguous()
     G = torch.randn(C.shape, dtype=torch.float64, generator=seeded("G", layout, batch))
     (C * G).sum().backward()
     torch.testing.assert_close(C, X @ D, rtol=1e-12, atol=1e-12)

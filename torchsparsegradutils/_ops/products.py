@@ -144,7 +144,7 @@ def _dense_a_mm(X: torch.Tensor, B, reduce: str) -> torch.Tensor:
                          "only (as torch.sparse.mm does)")
     check_dense_a(X, B)
     if isinstance(B, SparseCSR):
-        return spmm_t(B.view(), B.values, X.mT).mT
+        return spmm_t(B.view(), B.values, X.mT).mT.contiguous()     # row-major, as torch.sparse.mm's
     if B.layout is torch.strided:
         return torch.matmul(X, B)
     return DenseSparseMatMul.apply(X, B)
@@ -159,7 +159,7 @@ class DenseSparseMatMul(torch.autograd.Function):
     def forward(ctx, X, B):
         ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
         view = as_csr(B, compress_rows=True)         # reads B (no graph is recorded in forward)
-        C = _backends.spmm_t(view, X.mT).mT
+        C = _backends.spmm_t(view, X.mT).mT.contiguous()            # row-major, as torch.sparse.mm's
         # grad_X reads B's values; grad_B reads only the pattern and X
         save_operand(ctx, B, view, ctx.needs_input_grad[0], X if ctx.needs_input_grad[1] else None)
         return C
