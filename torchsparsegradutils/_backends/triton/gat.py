@@ -3,37 +3,14 @@ optional per-entry score, HAS_EDGE) and their LeakyReLU,
 each row's softmax per head, dropout and the weighted sum of the sources' features in
 one kernel; the backward by rows (the scores' gradient, and d's) then by sources
 (x's and s's, through the transpose's pattern): deterministic, no atomics, and
-nothing of size nnz x H x F.  Signatures as cpu.py's (see _backends.gat).
-
-Dropout draws the same counter-based hash as the C kernels (csrc/tsgu_gat.h,
-tsgu_gat_draw: SplitMix64's finaliser of seed + (q+1) * golden ratio, q = e*H + h,
-its top 24 bits below `drop`), so one seed gives the same mask on every route; the
-seed is read on the device (no synchronisation)."""
+nothing of size nnz x H x F.  Signatures as cpu.py's (see _backends.gat); the
+dropout draw (the C kernels' hash) and the launches are _attention.py's."""
 import torch
 import triton
 import triton.language as tl
 
 from ..._core.view import CSRView
-from ._common import BLOCK_E, acc_type, block, pattern, transpose
-
-
-@triton.jit
-def _kept(seed, q, drop):
-    """The dropout factor's mask of elements q (int64): True where tsgu_gat_draw >= drop."""
-    z = seed + (q.to(tl.uint64) + 1) * 0x9E3779B97F4A7C15
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-    return ((z ^ (z >> 31)) >> 40).to(tl.int64) >= drop
-
-
-@triton.jit
-def _weights(alpha, e, h, H, seedp, drop, scale, DROP: tl.constexpr):
-    """alpha (BE, BH) of entries e and heads h after dropout: 0 where dropped, else alpha * scale."""
-    if DROP:
-        seed = tl.load(seedp).to(tl.uint64, bitcast=True)
-        keep = _kept(seed, e[:, None].to(tl.int64) * H + h[None, :], drop)
-        alpha = tl.where(keep, alpha * scale, 0.0)
-    return alpha
+from ._attention import Pass, forward, gather, grad, tile, weights
 
 
 @triton.jit
@@ -55,11 +32,7 @@ def _gat_forward_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, out, 
     out[i, h, :] = sum over the row of the dropped-out alpha times x[j, h, :]."""
     i = tl.program_id(0)
     scale, slope = tl.load(consts), tl.load(consts + 1)
-    h = tl.arange(0, BH)
-    f = tl.arange(0, BF)
-    hm = h < H
-    hf = h[:, None] * F + f[None, :]
-    hfm = hm[:, None] & (f < F)[None, :]
+    h, hm, hf, hfm = tile(H, F, BH, BF)
     start = tl.load(ptr + i)
     end = tl.load(ptr + i + 1)
     di = tl.load(d + i * H + h, mask=hm, other=0).to(ACC)
@@ -91,9 +64,8 @@ def _gat_forward_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, out, 
         z = tl.where(z > 0, z, slope * z)
         a = tl.exp(z - mx[None, :]) * inv[None, :]
         tl.store(alpha + e[:, None] * H + h[None, :], a.to(alpha.dtype.element_ty), mask=m2)
-        w = tl.where(m2, _weights(a, e, h, H, seedp, drop, scale, DROP), 0.0)
-        xj = tl.load(x + j[:, None, None] * (H * F) + hf[None, :, :], mask=em[:, None, None] & hfm[None, :, :],
-                     other=0).to(ACC)
+        w = tl.where(m2, weights(a, e, h, H, seedp, drop, scale, DROP), 0.0)
+        xj = gather(x, j, em, hf, hfm, H * F, ACC)
         acc += tl.sum(w[:, :, None] * xj, axis=0)
     tl.store(out + i * (H * F) + hf, acc.to(out.dtype.element_ty), mask=hfm)
 
@@ -107,11 +79,7 @@ def _gat_grad_rows_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, G, 
     (es's gradient), and gd[i, h] = its sum over the row.  dz holds ga between the two passes."""
     i = tl.program_id(0)
     scale, slope = tl.load(consts), tl.load(consts + 1)
-    h = tl.arange(0, BH)
-    f = tl.arange(0, BF)
-    hm = h < H
-    hf = h[:, None] * F + f[None, :]
-    hfm = hm[:, None] & (f < F)[None, :]
+    h, hm, hf, hfm = tile(H, F, BH, BF)
     start = tl.load(ptr + i)
     end = tl.load(ptr + i + 1)
     di = tl.load(d + i * H + h, mask=hm, other=0).to(ACC)
@@ -123,9 +91,8 @@ def _gat_grad_rows_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, G, 
         m2 = em[:, None] & hm[None, :]
         at = e[:, None] * H + h[None, :]
         j = tl.load(col + e, mask=em, other=0)
-        xj = tl.load(x + j[:, None, None] * (H * F) + hf[None, :, :], mask=em[:, None, None] & hfm[None, :, :],
-                     other=0).to(ACC)
-        ga = _weights(tl.sum(Gi[None, :, :] * xj, axis=2), e, h, H, seedp, drop, scale, DROP)
+        xj = gather(x, j, em, hf, hfm, H * F, ACC)
+        ga = weights(tl.sum(Gi[None, :, :] * xj, axis=2), e, h, H, seedp, drop, scale, DROP)
         if HAS_GALPHA:
             ga += tl.load(galpha + at, mask=m2, other=0).to(ACC)
         a = tl.load(alpha + at, mask=m2, other=0).to(ACC)
@@ -154,11 +121,7 @@ def _gat_grad_src_kernel(tptr, trow, perm, seedp, drop, consts, alpha, G, dz, gx
     gx[j, h, :] = sum of the dropped-out alpha[e, h] G[i, h, :], gs[j, h] = sum of dz[e, h]."""
     jj = tl.program_id(0)
     scale = tl.load(consts)
-    h = tl.arange(0, BH)
-    f = tl.arange(0, BF)
-    hm = h < H
-    hf = h[:, None] * F + f[None, :]
-    hfm = hm[:, None] & (f < F)[None, :]
+    h, hm, hf, hfm = tile(H, F, BH, BF)
     start = tl.load(tptr + jj)
     end = tl.load(tptr + jj + 1)
     acc = tl.zeros((BH, BF), ACC)
@@ -170,40 +133,20 @@ def _gat_grad_src_kernel(tptr, trow, perm, seedp, drop, consts, alpha, G, dz, gx
         e = tl.load(perm + t, mask=tm, other=0)
         i = tl.load(trow + t, mask=tm, other=0)
         at = e[:, None] * H + h[None, :]
-        w = tl.where(m2, _weights(tl.load(alpha + at, mask=m2, other=0).to(ACC), e, h, H, seedp, drop, scale,
+        w = tl.where(m2, weights(tl.load(alpha + at, mask=m2, other=0).to(ACC), e, h, H, seedp, drop, scale,
                                   DROP), 0.0)
-        Gi = tl.load(G + i[:, None, None] * (H * F) + hf[None, :, :], mask=tm[:, None, None] & hfm[None, :, :],
-                     other=0).to(ACC)
+        Gi = gather(G, i, tm, hf, hfm, H * F, ACC)
         acc += tl.sum(w[:, :, None] * Gi, axis=0)
         g += tl.sum(tl.load(dz + at, mask=m2, other=0).to(ACC), axis=0)
     tl.store(gx + jj * (H * F) + hf, acc.to(gx.dtype.element_ty), mask=hfm)
     tl.store(gs + jj * H + h, g.to(gs.dtype.element_ty), mask=hm)
 
 
-def _consts(x: torch.Tensor, scale: float, slope: float) -> torch.Tensor:
-    """(scale, slope) on x's device in the kernels' accumulation type: a float argument
-    reaches a Triton kernel as float32, which would round float64's LeakyReLU slope."""
-    return torch.tensor([scale, slope], dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
-                        device=x.device)
-
-
-def _blocks(x: torch.Tensor):
-    _, H, F = x.shape
-    return dict(BE=BLOCK_E, BH=block(H), BF=block(F), ACC=acc_type(x.dtype))
-
-
 def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
         slope: float):
     """(out (n, H, F), alpha (nnz, H)): attention over each row's entries and the rows of
     x it weighs, one program per row."""
-    P = pattern(A)
-    n, (_, H, F) = A.nrows, x.shape
-    out = torch.empty(n, H, F, dtype=x.dtype, device=x.device)
-    alpha = torch.empty(P.col.shape[0], H, dtype=x.dtype, device=x.device)
-    if n and H:
-        _gat_forward_kernel[(n,)](P.ptr, P.col, x, s, d, e, seed, drop, _consts(x, scale, slope), alpha, out, H,
-                                  F, DROP=bool(drop), HAS_EDGE=e is not None, **_blocks(x))
-    return out, alpha
+    return forward(_gat_forward_kernel, A, x, (x, s, d, e), seed, drop, scale, slope, HAS_EDGE=e is not None)
 
 
 def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
@@ -211,18 +154,8 @@ def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, s
     """(gx, gs, gd, ge): the gradients of gat's out (G) and alpha (galpha, or None) back to
     x, s, d and e: by rows (the scores' gradient dz, which is e's, and gd), then by
     sources (gx, gs)."""
-    P = pattern(A)
-    n, (m, H, F) = A.nrows, x.shape
-    dz = torch.empty_like(alpha)
     gd, gx, gs = torch.zeros_like(d), torch.zeros_like(x), torch.zeros_like(s)
-    if not (H and P.col.numel()):
-        return gx, gs, gd, dz
-    G = G.contiguous()
-    consts = _consts(x, scale, slope)
-    _gat_grad_rows_kernel[(n,)](P.ptr, P.col, x, s, d, e, seed, drop, consts, alpha, G, galpha, dz, gd, H, F,
-                                DROP=bool(drop), HAS_GALPHA=galpha is not None, HAS_EDGE=e is not None,
-                                **_blocks(x))
-    tptr, trow, perm = transpose(P)
-    _gat_grad_src_kernel[(m,)](tptr, trow, perm, seed, drop, consts, alpha, G, dz, gx, gs, H, F, DROP=bool(drop),
-                               **_blocks(x))
+    dz = grad(A, x, seed, drop, scale, slope, alpha, G, galpha,
+              Pass(_gat_grad_rows_kernel, (x, s, d, e), (gd,), {"HAS_EDGE": e is not None}),
+              Pass(_gat_grad_src_kernel, (), (gx, gs), {}))
     return gx, gs, gd, dz
