@@ -47,10 +47,78 @@ def tile(H, F, BH: tl.constexpr, BF: tl.constexpr):
 
 
 @triton.jit
+def span(ptr):
+    """(k, start, end): this program's row (or, on the transpose's pattern, column) k and
+    its entries' range."""
+    k = tl.program_id(0)
+    return k, tl.load(ptr + k), tl.load(ptr + k + 1)
+
+
+@triton.jit
+def row_block(e0, end, col, h, hm, H, BE: tl.constexpr):
+    """(e, em, m2, j, at): a row's entries e0.. (BE,) before end, their mask, the (entry,
+    head) mask, their sources and their offsets in an (nnz, H) tensor."""
+    e = e0 + tl.arange(0, BE)
+    em = e < end
+    return e, em, em[:, None] & hm[None, :], tl.load(col + e, mask=em, other=0), e[:, None] * H + h[None, :]
+
+
+@triton.jit
+def column_block(t0, end, perm, trow, h, hm, H, BE: tl.constexpr):
+    """(tm, m2, e, i, at): a column's entries t0.. (BE,) before end on the transpose's
+    pattern: their mask, the (entry, head) mask, their positions e in the row-major
+    arrays, their rows and their offsets in an (nnz, H) tensor."""
+    t = t0 + tl.arange(0, BE)
+    tm = t < end
+    e = tl.load(perm + t, mask=tm, other=0)
+    return tm, tm[:, None] & hm[None, :], e, tl.load(trow + t, mask=tm, other=0), e[:, None] * H + h[None, :]
+
+
+@triton.jit
+def dropped(alpha, at, m2, e, h, H, seedp, drop, scale, DROP: tl.constexpr, ACC: tl.constexpr):
+    """alpha at offsets at (entries e, heads h) after dropout, zeros outside m2."""
+    return tl.where(m2, weights(tl.load(alpha + at, mask=m2, other=0).to(ACC), e, h, H, seedp, drop, scale, DROP),
+                    0.0)
+
+
+@triton.jit
+def row(x, k, hf, hfm, HF, ACC: tl.constexpr):
+    """Row k of x (., H, F) as (BH, BF) in ACC."""
+    return tl.load(x + k * HF + hf, mask=hfm, other=0).to(ACC)
+
+
+@triton.jit
 def gather(x, r, rm, hf, hfm, HF, ACC: tl.constexpr):
     """Rows r (BE,) of x (., H, F) as (BE, BH, BF) in ACC, zeros where rm (BE,) or hfm is False."""
     return tl.load(x + r[:, None, None] * HF + hf[None, :, :], mask=rm[:, None, None] & hfm[None, :, :],
                    other=0).to(ACC)
+
+
+@triton.jit
+def alpha_grads(start, end, col, x, Gi, alpha, galpha, dz, h, hm, hf, hfm, H, HF, seedp, drop, scale,
+                DROP: tl.constexpr, HAS_GALPHA: tl.constexpr, BE: tl.constexpr, BH: tl.constexpr,
+                ACC: tl.constexpr):
+    """A row's first gradient pass, entries start..end: alpha's gradient ga[e, h] =
+    (dropped-out) dot(Gi[h], x[j, h]) + galpha[e, h] into dz; returns the row's sum of
+    alpha ga (BH,), which score_grads takes."""
+    c = tl.zeros((BH,), ACC)
+    for e0 in range(start, end, BE):
+        e, em, m2, j, at = row_block(e0, end, col, h, hm, H, BE)
+        ga = weights(tl.sum(Gi[None, :, :] * gather(x, j, em, hf, hfm, HF, ACC), axis=2), e, h, H, seedp, drop,
+                     scale, DROP)
+        if HAS_GALPHA:
+            ga += tl.load(galpha + at, mask=m2, other=0).to(ACC)
+        c += tl.sum(tl.where(m2, tl.load(alpha + at, mask=m2, other=0).to(ACC) * ga, 0.0), axis=0)
+        tl.store(dz + at, ga.to(dz.dtype.element_ty), mask=m2)
+    return c
+
+
+@triton.jit
+def score_grads(alpha, dz, at, m2, c, ACC: tl.constexpr):
+    """The softmax's gradient alpha (ga - c) at offsets at, ga as alpha_grads left it in
+    dz, zeros outside m2."""
+    ga = tl.load(dz + at, mask=m2, other=0).to(ACC)
+    return tl.where(m2, tl.load(alpha + at, mask=m2, other=0).to(ACC) * (ga - c[None, :]), 0.0)
 
 
 def _consts(x: torch.Tensor, scale: float, slope: float) -> torch.Tensor:

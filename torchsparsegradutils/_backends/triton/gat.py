@@ -10,7 +10,21 @@ import triton
 import triton.language as tl
 
 from ..._core.view import CSRView
-from ._attention import Pass, forward, gather, grad, tile, weights
+from ._attention import (
+    Pass,
+    alpha_grads,
+    column_block,
+    dropped,
+    forward,
+    gather,
+    grad,
+    row,
+    row_block,
+    score_grads,
+    span,
+    tile,
+    weights,
+)
 
 
 @triton.jit
@@ -30,40 +44,31 @@ def _gat_forward_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, out, 
     """Row i: alpha[e, h] = softmax over the row of LeakyReLU(s[j, h] + d[i, h] (+ es[e, h]
     with HAS_EDGE)), and
     out[i, h, :] = sum over the row of the dropped-out alpha times x[j, h, :]."""
-    i = tl.program_id(0)
+    i, start, end = span(ptr)
     scale, slope = tl.load(consts), tl.load(consts + 1)
     h, hm, hf, hfm = tile(H, F, BH, BF)
-    start = tl.load(ptr + i)
-    end = tl.load(ptr + i + 1)
     di = tl.load(d + i * H + h, mask=hm, other=0).to(ACC)
     mx = tl.full((BH,), float("-inf"), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        m2 = (e < end)[:, None] & hm[None, :]
-        j = tl.load(col + e, mask=e < end, other=0)
+        e, _, m2, j, _ = row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         mx = tl.maximum(mx, tl.max(tl.where(m2, z, float("-inf")), axis=0))
     mx = tl.where(hm, mx, 0.0)
     tot = tl.zeros((BH,), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        m2 = (e < end)[:, None] & hm[None, :]
-        j = tl.load(col + e, mask=e < end, other=0)
+        e, _, m2, j, _ = row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         tot += tl.sum(tl.where(m2, tl.exp(z - mx[None, :]), 0.0), axis=0)
     inv = 1.0 / tl.where(hm, tot, 1.0)
     acc = tl.zeros((BH, BF), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        j = tl.load(col + e, mask=em, other=0)
+        e, em, m2, j, at = row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         a = tl.exp(z - mx[None, :]) * inv[None, :]
-        tl.store(alpha + e[:, None] * H + h[None, :], a.to(alpha.dtype.element_ty), mask=m2)
+        tl.store(alpha + at, a.to(alpha.dtype.element_ty), mask=m2)
         w = tl.where(m2, weights(a, e, h, H, seedp, drop, scale, DROP), 0.0)
         xj = gather(x, j, em, hf, hfm, H * F, ACC)
         acc += tl.sum(w[:, :, None] * xj, axis=0)
@@ -77,39 +82,20 @@ def _gat_grad_rows_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, G, 
     """Row i: ga[e, h] = (dropped-out) dot(G[i, h], x[j, h]) + galpha[e, h]; the softmax's
     gradient alpha (ga - sum over the row of alpha ga) through LeakyReLU into dz[e, h]
     (es's gradient), and gd[i, h] = its sum over the row.  dz holds ga between the two passes."""
-    i = tl.program_id(0)
+    i, start, end = span(ptr)
     scale, slope = tl.load(consts), tl.load(consts + 1)
     h, hm, hf, hfm = tile(H, F, BH, BF)
-    start = tl.load(ptr + i)
-    end = tl.load(ptr + i + 1)
     di = tl.load(d + i * H + h, mask=hm, other=0).to(ACC)
-    Gi = tl.load(G + i * (H * F) + hf, mask=hfm, other=0).to(ACC)
-    c = tl.zeros((BH,), ACC)
-    for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        at = e[:, None] * H + h[None, :]
-        j = tl.load(col + e, mask=em, other=0)
-        xj = gather(x, j, em, hf, hfm, H * F, ACC)
-        ga = weights(tl.sum(Gi[None, :, :] * xj, axis=2), e, h, H, seedp, drop, scale, DROP)
-        if HAS_GALPHA:
-            ga += tl.load(galpha + at, mask=m2, other=0).to(ACC)
-        a = tl.load(alpha + at, mask=m2, other=0).to(ACC)
-        c += tl.sum(tl.where(m2, a * ga, 0.0), axis=0)
-        tl.store(dz + at, ga.to(dz.dtype.element_ty), mask=m2)
+    Gi = row(G, i, hf, hfm, H * F, ACC)
+    c = alpha_grads(start, end, col, x, Gi, alpha, galpha, dz, h, hm, hf, hfm, H, H * F, seedp, drop, scale, DROP,
+                    HAS_GALPHA, BE, BH, ACC)
     g = tl.zeros((BH,), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        at = e[:, None] * H + h[None, :]
-        j = tl.load(col + e, mask=em, other=0)
+        e, _, m2, j, at = row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
-        a = tl.load(alpha + at, mask=m2, other=0).to(ACC)
-        ge = a * (tl.load(dz + at, mask=m2, other=0).to(ACC) - c[None, :])
+        ge = score_grads(alpha, dz, at, m2, c, ACC)
         ge = tl.where(z > 0, ge, slope * ge)
-        g += tl.sum(tl.where(m2, ge, 0.0), axis=0)
+        g += tl.sum(ge, axis=0)
         tl.store(dz + at, ge.to(dz.dtype.element_ty), mask=m2)
     tl.store(gd + i * H + h, g.to(gd.dtype.element_ty), mask=hm)
 
@@ -119,22 +105,14 @@ def _gat_grad_src_kernel(tptr, trow, perm, seedp, drop, consts, alpha, G, dz, gx
                          BE: tl.constexpr, BH: tl.constexpr, BF: tl.constexpr, ACC: tl.constexpr):
     """Source j (column j's entries e = perm[..], rows i = trow[..], in row order):
     gx[j, h, :] = sum of the dropped-out alpha[e, h] G[i, h, :], gs[j, h] = sum of dz[e, h]."""
-    jj = tl.program_id(0)
+    jj, start, end = span(tptr)
     scale = tl.load(consts)
     h, hm, hf, hfm = tile(H, F, BH, BF)
-    start = tl.load(tptr + jj)
-    end = tl.load(tptr + jj + 1)
     acc = tl.zeros((BH, BF), ACC)
     g = tl.zeros((BH,), ACC)
     for t0 in range(start, end, BE):
-        t = t0 + tl.arange(0, BE)
-        tm = t < end
-        m2 = tm[:, None] & hm[None, :]
-        e = tl.load(perm + t, mask=tm, other=0)
-        i = tl.load(trow + t, mask=tm, other=0)
-        at = e[:, None] * H + h[None, :]
-        w = tl.where(m2, weights(tl.load(alpha + at, mask=m2, other=0).to(ACC), e, h, H, seedp, drop, scale,
-                                  DROP), 0.0)
+        tm, m2, e, i, at = column_block(t0, end, perm, trow, h, hm, H, BE)
+        w = dropped(alpha, at, m2, e, h, H, seedp, drop, scale, DROP, ACC)
         Gi = gather(G, i, tm, hf, hfm, H * F, ACC)
         acc += tl.sum(w[:, :, None] * Gi, axis=0)
         g += tl.sum(tl.load(dz + at, mask=m2, other=0).to(ACC), axis=0)

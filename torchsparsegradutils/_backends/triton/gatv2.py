@@ -13,7 +13,21 @@ import triton
 import triton.language as tl
 
 from ..._core.view import CSRView
-from ._attention import Pass, forward, gather, grad, tile, weights
+from ._attention import (
+    Pass,
+    alpha_grads,
+    column_block,
+    dropped,
+    forward,
+    gather,
+    grad,
+    row,
+    row_block,
+    score_grads,
+    span,
+    tile,
+    weights,
+)
 
 
 @triton.jit
@@ -30,28 +44,23 @@ def _gatv2_forward_kernel(ptr, col, xl, xr, att, et, b, seedp, drop, consts, alp
                           BH: tl.constexpr, BF: tl.constexpr, ACC: tl.constexpr):
     """Row i: alpha[e, h] = softmax over the row of the scores z[e, h], and
     out[i, h, :] = sum over the row of the dropped-out alpha times xl[j, h, :]."""
-    i = tl.program_id(0)
+    i, start, end = span(ptr)
     scale, slope = tl.load(consts), tl.load(consts + 1)
     h, hm, hf, hfm = tile(H, F, BH, BF)
     HF = H * F
-    start = tl.load(ptr + i)
-    end = tl.load(ptr + i + 1)
-    xri = tl.load(xr + i * HF + hf, mask=hfm, other=0).to(ACC)
-    a = tl.load(att + hf, mask=hfm, other=0).to(ACC)
+    xri = row(xr, i, hf, hfm, HF, ACC)
+    a = row(att, 0, hf, hfm, HF, ACC)
     mx = tl.full((BH,), float("-inf"), ACC)
     tot = tl.zeros((BH,), ACC)
     acc = tl.zeros((BH, BF), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        j = tl.load(col + e, mask=em, other=0)
+        e, em, m2, j, at = row_block(e0, end, col, h, hm, H, BE)
         xj = gather(xl, j, em, hf, hfm, HF, ACC)
         u = _edge_term(xj + xri[None, :, :], et, e, em, hf, hfm, HF, ACC, HAS_ET)
         z = tl.sum(tl.where(u > 0, u, slope * u) * a[None, :, :], axis=2)
         if HAS_B:
             z += tl.load(b + e[:, None] * H + h[None, :], mask=m2, other=0).to(ACC)
-        tl.store(alpha + e[:, None] * H + h[None, :], z.to(alpha.dtype.element_ty), mask=m2)   # for pass 2
+        tl.store(alpha + at, z.to(alpha.dtype.element_ty), mask=m2)   # for pass 2
         new = tl.maximum(mx, tl.max(tl.where(m2, z, float("-inf")), axis=0))
         new = tl.where(hm, new, 0.0)
         shrink = tl.where(mx == float("-inf"), 0.0, tl.exp(mx - new))
@@ -64,11 +73,9 @@ def _gatv2_forward_kernel(ptr, col, xl, xr, att, et, b, seedp, drop, consts, alp
     tl.store(out + i * HF + hf, (acc * inv[:, None]).to(out.dtype.element_ty), mask=hfm)
     tl.debug_barrier()                        # the scores stored above, read back below
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        m2 = (e < end)[:, None] & hm[None, :]
-        z = tl.load(alpha + e[:, None] * H + h[None, :], mask=m2, other=0).to(ACC)
-        tl.store(alpha + e[:, None] * H + h[None, :], (tl.exp(z - mx[None, :]) * inv[None, :]).to(
-            alpha.dtype.element_ty), mask=m2)
+        _, _, m2, _, at = row_block(e0, end, col, h, hm, H, BE)
+        z = tl.load(alpha + at, mask=m2, other=0).to(ACC)
+        tl.store(alpha + at, (tl.exp(z - mx[None, :]) * inv[None, :]).to(alpha.dtype.element_ty), mask=m2)
 
 
 @triton.jit
@@ -79,41 +86,21 @@ def _gatv2_grad_rows_kernel(ptr, col, xl, xr, att, et, seedp, drop, consts, alph
     gradient dz = alpha (ga - sum over the row of alpha ga); through the score, du[e, h, c]
     = dz att[h, c] LeakyReLU'(u): gxr[i] its sum over the row, get[e] = du (HAS_ET), and
     arows[i, h, c] = sum over the row of dz LeakyReLU(u).  dz holds ga between the passes."""
-    i = tl.program_id(0)
+    i, start, end = span(ptr)
     scale, slope = tl.load(consts), tl.load(consts + 1)
     h, hm, hf, hfm = tile(H, F, BH, BF)
     HF = H * F
-    start = tl.load(ptr + i)
-    end = tl.load(ptr + i + 1)
-    Gi = tl.load(G + i * HF + hf, mask=hfm, other=0).to(ACC)
-    xri = tl.load(xr + i * HF + hf, mask=hfm, other=0).to(ACC)
-    a = tl.load(att + hf, mask=hfm, other=0).to(ACC)
-    csum = tl.zeros((BH,), ACC)
-    for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        at = e[:, None] * H + h[None, :]
-        j = tl.load(col + e, mask=em, other=0)
-        xj = gather(xl, j, em, hf, hfm, HF, ACC)
-        ga = weights(tl.sum(Gi[None, :, :] * xj, axis=2), e, h, H, seedp, drop, scale, DROP)
-        if HAS_GALPHA:
-            ga += tl.load(galpha + at, mask=m2, other=0).to(ACC)
-        al = tl.load(alpha + at, mask=m2, other=0).to(ACC)
-        csum += tl.sum(tl.where(m2, al * ga, 0.0), axis=0)
-        tl.store(dz + at, ga.to(dz.dtype.element_ty), mask=m2)
+    Gi = row(G, i, hf, hfm, HF, ACC)
+    xri = row(xr, i, hf, hfm, HF, ACC)
+    a = row(att, 0, hf, hfm, HF, ACC)
+    csum = alpha_grads(start, end, col, xl, Gi, alpha, galpha, dz, h, hm, hf, hfm, H, HF, seedp, drop, scale, DROP,
+                       HAS_GALPHA, BE, BH, ACC)
     tl.debug_barrier()
     gr = tl.zeros((BH, BF), ACC)
     ar = tl.zeros((BH, BF), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        m3 = em[:, None, None] & hfm[None, :, :]
-        at = e[:, None] * H + h[None, :]
-        j = tl.load(col + e, mask=em, other=0)
-        al = tl.load(alpha + at, mask=m2, other=0).to(ACC)
-        gz = tl.where(m2, al * (tl.load(dz + at, mask=m2, other=0).to(ACC) - csum[None, :]), 0.0)
+        e, em, m2, j, at = row_block(e0, end, col, h, hm, H, BE)
+        gz = score_grads(alpha, dz, at, m2, csum, ACC)
         tl.store(dz + at, gz.to(dz.dtype.element_ty), mask=m2)
         u = _edge_term(gather(xl, j, em, hf, hfm, HF, ACC) + xri[None, :, :], et, e, em, hf, hfm, HF, ACC, HAS_ET)
         k = tl.where(u > 0, 1.0, slope)
@@ -121,7 +108,8 @@ def _gatv2_grad_rows_kernel(ptr, col, xl, xr, att, et, seedp, drop, consts, alph
         gr += tl.sum(du, axis=0)
         ar += tl.sum(gz[:, :, None] * (k * u), axis=0)
         if HAS_ET:
-            tl.store(get + e[:, None, None] * HF + hf[None, :, :], du.to(get.dtype.element_ty), mask=m3)
+            tl.store(get + e[:, None, None] * HF + hf[None, :, :], du.to(get.dtype.element_ty),
+                     mask=em[:, None, None] & hfm[None, :, :])
     tl.store(gxr + i * HF + hf, gr.to(gxr.dtype.element_ty), mask=hfm)
     tl.store(arows + i * HF + hf, ar.to(arows.dtype.element_ty), mask=hfm)
 
@@ -132,24 +120,16 @@ def _gatv2_grad_src_kernel(tptr, trow, perm, xl, xr, att, et, seedp, drop, const
                            BF: tl.constexpr, ACC: tl.constexpr):
     """Source j (column j's entries e = perm[..], rows i = trow[..], in row order):
     gxl[j] = sum of the dropped-out alpha[e, h] G[i, h, :] + dz[e, h] att[h, :] LeakyReLU'(u)."""
-    jj = tl.program_id(0)
+    jj, start, end = span(tptr)
     scale, slope = tl.load(consts), tl.load(consts + 1)
     h, hm, hf, hfm = tile(H, F, BH, BF)
     HF = H * F
-    start = tl.load(tptr + jj)
-    end = tl.load(tptr + jj + 1)
-    xj = tl.load(xl + jj * HF + hf, mask=hfm, other=0).to(ACC)
-    a = tl.load(att + hf, mask=hfm, other=0).to(ACC)
+    xj = row(xl, jj, hf, hfm, HF, ACC)
+    a = row(att, 0, hf, hfm, HF, ACC)
     acc = tl.zeros((BH, BF), ACC)
     for t0 in range(start, end, BE):
-        t = t0 + tl.arange(0, BE)
-        tm = t < end
-        m2 = tm[:, None] & hm[None, :]
-        e = tl.load(perm + t, mask=tm, other=0)
-        i = tl.load(trow + t, mask=tm, other=0)
-        at = e[:, None] * H + h[None, :]
-        w = tl.where(m2, weights(tl.load(alpha + at, mask=m2, other=0).to(ACC), e, h, H, seedp, drop, scale,
-                                  DROP), 0.0)
+        tm, m2, e, i, at = column_block(t0, end, perm, trow, h, hm, H, BE)
+        w = dropped(alpha, at, m2, e, h, H, seedp, drop, scale, DROP, ACC)
         gz = tl.load(dz + at, mask=m2, other=0).to(ACC)
         Gi = gather(G, i, tm, hf, hfm, HF, ACC)
         u = _edge_term(xj[None, :, :] + gather(xr, i, tm, hf, hfm, HF, ACC), et, e, tm, hf, hfm, HF, ACC, HAS_ET)
