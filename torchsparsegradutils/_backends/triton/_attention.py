@@ -38,12 +38,12 @@ def weights(alpha, e, h, H, seedp, drop, scale, DROP: tl.constexpr):
 
 @triton.jit
 def tile(H, F, BH: tl.constexpr, BF: tl.constexpr):
-    """(h, hm, hf, hfm): the heads (BH,) and their mask, a row's (head, feature) offsets
-    (BH, BF) in an (., H, F) tensor and their mask."""
+    """(h, hm, hf, hfm, HF): the heads (BH,) and their mask, a row's (head, feature)
+    offsets (BH, BF) in an (., H, F) tensor, their mask, and its row stride H * F."""
     h = tl.arange(0, BH)
     f = tl.arange(0, BF)
     hm = h < H
-    return h, hm, h[:, None] * F + f[None, :], hm[:, None] & (f < F)[None, :]
+    return h, hm, h[:, None] * F + f[None, :], hm[:, None] & (f < F)[None, :], H * F
 
 
 @triton.jit
