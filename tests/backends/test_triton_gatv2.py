@@ -10,7 +10,7 @@ import pytest
 import torch
 from support.gat import hub_mask
 from support.operands import seeded
-from support.routes import both_routes
+from support.routes import assert_routes_agree, both_routes
 
 import torchsparsegradutils as tsgu
 
@@ -50,16 +50,14 @@ def test_triton_gatv2_matches_c(triton_route, dtype, H, C, dropout, edge):
     b = torch.randn(A._nnz(), H, generator=gen, dtype=dtype) if edge else None
     c, t = _run(triton_route, A, xl, xr, att, dropout, et, b)
     assert len(t) == (7 if edge else 5)        # out, alpha and the gradients
-    for a, r in zip(c, t):
-        torch.testing.assert_close(r, a, **TOL[dtype])
+    assert_routes_agree((c, t), **TOL[dtype])
 
 
 def test_triton_gatv2_one_tensor_for_both_ends(triton_route):
     gen = seeded("triton_gatv2_same")
     A, xl, _, att = _case(16, 16, 2, 3, torch.float64, gen)
     c, t = _run(triton_route, A, xl, xl, att, same=True)
-    for a, r in zip(c, t):
-        torch.testing.assert_close(r, a, **TOL[torch.float64])
+    assert_routes_agree((c, t), **TOL[torch.float64])
 
 
 def test_triton_gatv2_dropout_mask_is_the_c_kernels(triton_route):
@@ -74,6 +72,5 @@ def test_triton_gatv2_large_scores(triton_route):
     gen = seeded("triton_gatv2_large")
     c, t = _run(triton_route, *_case(10, 40, 2, 3, torch.float64, gen, spread=100.0))
     assert all(bool(v.isfinite().all()) for v in t)
-    for a, r in zip(c, t):
-        torch.testing.assert_close(r, a, rtol=1e-10, atol=1e-10)
+    assert_routes_agree((c, t), rtol=1e-10, atol=1e-10)
 

@@ -11,14 +11,7 @@ state_dict, the common errors) run here for both layers."""
 import pytest
 import torch
 from support.checks import assert_compiles_like_eager, assert_layer_matches
-from support.gat import (
-    BIP_EDGES,
-    EDGES,
-    REPEATED,
-    assert_same_as_pyg,
-    features,
-    pyg_pair,
-)
+from support.gat import BIP_EDGES, EDGES, REPEATED, assert_same_as_pyg, features, pyg_pair
 from support.operands import seeded
 from support.references import dense_gat_conv
 
@@ -32,19 +25,11 @@ def _grads(out, inputs, G):
     return torch.autograd.grad(out, inputs, G)
 
 
-def _pair(i, o, **kw):
-    return pyg_pair(GATConv, i, o, **kw)
-
-
-def _x(n, f, *key):
-    return features("gat x", n, f, *key)
-
-
 @pytest.mark.parametrize("heads", [1, 8])
 @pytest.mark.parametrize("concat", [True, False])
 @pytest.mark.parametrize("loops", [True, False])
 def test_matches_pyg(heads, concat, loops):
-    ours, theirs = _pair(5, 3, heads=heads, concat=concat, add_self_loops=loops, negative_slope=0.3)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=heads, concat=concat, add_self_loops=loops, negative_slope=0.3)
     x = torch.randn(7, 5, dtype=torch.float64, generator=seeded("gat pyg", heads), requires_grad=True)
     assert_layer_matches(ours, theirs, x, EDGES)
     torch.testing.assert_close(ours(x, EDGES), dense_gat_conv(x, EDGES, ours.lin.weight, ours.att_src, ours.att_dst, ours.bias,
@@ -52,7 +37,7 @@ def test_matches_pyg(heads, concat, loops):
 
 
 def test_attention_weights_match_pyg():
-    ours, theirs = _pair(5, 3, heads=4)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=4)
     x = torch.randn(7, 5, dtype=torch.float64, generator=seeded("gat alpha"))
     out_t, (ei_t, alpha_t) = theirs(x, EDGES, return_attention_weights=True)
     out_o, (ei_o, alpha_o) = ours(x, EDGES, return_attention_weights=True)
@@ -87,11 +72,11 @@ def test_dropout_follows_the_seed_and_stops_in_eval(conv):
 def test_repeated_edges_count_per_occurrence_as_pyg(loops, heads):
     """A repeated edge is one entry of our pattern, its copies' share folded into its score:
     PyG's softmax (each copy its share), output, weights per copy and every gradient."""
-    ours, theirs = _pair(5, 3, heads=heads, add_self_loops=loops, negative_slope=0.3)
-    assert_same_as_pyg(ours, theirs, _x(7, 5, "repeats", loops, heads), REPEATED)
-    torch.testing.assert_close(ours(_x(7, 5, "r"), REPEATED),
-                               dense_gat_conv(_x(7, 5, "r"), REPEATED, ours.lin.weight, ours.att_src, ours.att_dst,
-                                              ours.bias, True, loops, 0.3))
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=heads, add_self_loops=loops, negative_slope=0.3)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "repeats", loops, heads), REPEATED)
+    x = features("gat x", 7, 5, "r")
+    torch.testing.assert_close(ours(x, REPEATED), dense_gat_conv(x, REPEATED, ours.lin.weight, ours.att_src,
+                                                                 ours.att_dst, ours.bias, True, loops, 0.3))
 
 
 @pytest.mark.parametrize("fill_value", ["mean", "add", "min", "max", "mul", 0.5, "tensor"])
@@ -109,20 +94,21 @@ def test_edge_features_match_pyg(conv, fill_value):
 @pytest.mark.parametrize("loops", [True, False])
 def test_edge_features_one_dim_no_loops_and_mean(loops):
     """A 1-D edge_attr (edge_dim=1, PyG's edge weights), concat=False, residual."""
-    ours, theirs = _pair(5, 3, heads=3, edge_dim=1, concat=False, add_self_loops=loops, residual=True)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=3, edge_dim=1, concat=False, add_self_loops=loops, residual=True)
     w = torch.rand(REPEATED.shape[1], dtype=torch.float64, generator=seeded("gat ew")).requires_grad_()
-    assert_same_as_pyg(ours, theirs, _x(7, 5, "ew", loops), REPEATED, w)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "ew", loops), REPEATED, w)
     # edge_attr without edge_dim is ignored, as PyG
-    plain, _ = _pair(5, 3, heads=3, concat=False, add_self_loops=loops, residual=True)
-    torch.testing.assert_close(plain(_x(7, 5, "i"), REPEATED, w), plain(_x(7, 5, "i"), REPEATED))
+    plain, _ = pyg_pair(GATConv, 5, 3, heads=3, concat=False, add_self_loops=loops, residual=True)
+    x = features("gat x", 7, 5, "i")
+    torch.testing.assert_close(plain(x, REPEATED, w), plain(x, REPEATED))
 
 
 @pytest.mark.parametrize("residual", [False, True])
 def test_residual_matches_pyg(residual):
-    ours, theirs = _pair(5, 3, heads=2, residual=residual)
-    assert_same_as_pyg(ours, theirs, _x(7, 5, "res"), EDGES)
-    ours, theirs = _pair(5, 3, heads=2, residual=residual, concat=False, bias=False)
-    assert_same_as_pyg(ours, theirs, _x(7, 5, "res2"), EDGES)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=2, residual=residual)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "res"), EDGES)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=2, residual=residual, concat=False, bias=False)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "res2"), EDGES)
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["pair_channels", "int_channels"])
@@ -131,16 +117,16 @@ def test_bipartite_matches_pyg(shared, residual):
     """in_channels (source, target) with lin_src/lin_dst, or one lin for both; x_target
     given or None (then size); with edge features; the self loops i < min(n_src, n_dst)."""
     channels = 5 if shared else (5, 4)
-    ours, theirs = _pair(channels, 3, heads=2, residual=residual, edge_dim=2)
-    x_src, x_dst = _x(7, 5, "bip src"), _x(4, 5 if shared else 4, "bip dst")
+    ours, theirs = pyg_pair(GATConv, channels, 3, heads=2, residual=residual, edge_dim=2)
+    x_src, x_dst = features("gat x", 7, 5, "bip src"), features("gat x", 4, 5 if shared else 4, "bip dst")
     ea = torch.randn(BIP_EDGES.shape[1], 2, dtype=torch.float64, generator=seeded("bip ea")).requires_grad_()
     assert_same_as_pyg(ours, theirs, (x_src, x_dst), BIP_EDGES, ea)
     assert_same_as_pyg(ours, theirs, (x_src, x_dst), BIP_EDGES, ea, size=(7, 4))
     assert_same_as_pyg(ours, theirs, (x_src, None), BIP_EDGES, ea, size=(7, 4))
     assert_same_as_pyg(ours, theirs, (x_src, None), BIP_EDGES, None, size=(7, 5))
     if not shared:                           # a bipartite layer on one x: lin_src and lin_dst on it
-        ours, theirs = _pair((5, 5), 3, heads=2, residual=residual)
-        assert_same_as_pyg(ours, theirs, _x(7, 5, "one x"), EDGES)
+        ours, theirs = pyg_pair(GATConv, (5, 5), 3, heads=2, residual=residual)
+        assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "one x"), EDGES)
 
 
 @CONVS

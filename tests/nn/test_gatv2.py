@@ -10,25 +10,10 @@ tests that need only ours."""
 import pytest
 import torch
 from support.checks import assert_compiles_like_eager
-from support.gat import (
-    BIP_EDGES,
-    EDGES,
-    REPEATED,
-    assert_same_as_pyg,
-    features,
-    pyg_pair,
-)
+from support.gat import BIP_EDGES, EDGES, REPEATED, assert_same_as_pyg, features, pyg_pair
 from support.operands import seeded
 
 from torchsparsegradutils.nn import GATv2Conv, gat_adjacency
-
-
-def _pair(i, o, **kw):
-    return pyg_pair(GATv2Conv, i, o, **kw)
-
-
-def _x(n, f, *key):
-    return features("gatv2 x", n, f, *key)
 
 
 @pytest.mark.parametrize("heads", [1, 4])
@@ -36,11 +21,11 @@ def _x(n, f, *key):
 @pytest.mark.parametrize("loops", [True, False])
 @pytest.mark.parametrize("share", [False, True], ids=["two_lins", "shared"])
 def test_matches_pyg(heads, concat, loops, share):
-    ours, theirs = _pair(5, 3, heads=heads, concat=concat, add_self_loops=loops, share_weights=share,
+    ours, theirs = pyg_pair(GATv2Conv, 5, 3, heads=heads, concat=concat, add_self_loops=loops, share_weights=share,
                          negative_slope=0.3)
-    assert_same_as_pyg(ours, theirs, _x(7, 5, heads, concat, loops, share), EDGES)
+    assert_same_as_pyg(ours, theirs, features("gatv2 x", 7, 5, heads, concat, loops, share), EDGES)
     # sparse features: the same numbers, the same output
-    x = _x(7, 5, "sparse")
+    x = features("gatv2 x", 7, 5, "sparse")
     torch.testing.assert_close(ours(x.detach().to_sparse(), EDGES), theirs(x, EDGES).detach())
 
 
@@ -49,16 +34,17 @@ def test_matches_pyg(heads, concat, loops, share):
 def test_repeated_edges_count_per_occurrence_as_pyg(loops, heads):
     """A repeated edge is one entry of our pattern with its copies' summed share as an
     additive score: PyG's softmax, output, weights per copy and every gradient."""
-    ours, theirs = _pair(5, 3, heads=heads, add_self_loops=loops, negative_slope=0.3)
-    assert_same_as_pyg(ours, theirs, _x(7, 5, "repeats", loops, heads), REPEATED)
+    ours, theirs = pyg_pair(GATv2Conv, 5, 3, heads=heads, add_self_loops=loops, negative_slope=0.3)
+    assert_same_as_pyg(ours, theirs, features("gatv2 x", 7, 5, "repeats", loops, heads), REPEATED)
 
 
 @pytest.mark.parametrize("loops", [True, False])
 def test_edge_weights_one_dim_residual_mean(loops):
     """A 1-D edge_attr (edge_dim=1), concat=False, residual, no bias."""
-    ours, theirs = _pair(5, 3, heads=3, edge_dim=1, concat=False, add_self_loops=loops, residual=True, bias=False)
+    ours, theirs = pyg_pair(GATv2Conv, 5, 3, heads=3, edge_dim=1, concat=False, add_self_loops=loops, residual=True,
+                            bias=False)
     w = torch.rand(EDGES.shape[1], dtype=torch.float64, generator=seeded("gatv2 ew")).requires_grad_()
-    assert_same_as_pyg(ours, theirs, _x(7, 5, "ew", loops), EDGES, w)
+    assert_same_as_pyg(ours, theirs, features("gatv2 x", 7, 5, "ew", loops), EDGES, w)
 
 
 @pytest.mark.parametrize("channels", [5, (5, 4)], ids=str)
@@ -68,8 +54,8 @@ def test_bipartite_matches_pyg(channels, residual, share):
     """(x_source, x_target) of 7 and 4 rows, with edge features; self loops i < 4."""
     if share and channels != 5:
         pytest.skip("shared weights need one input width")
-    ours, theirs = _pair(channels, 3, heads=2, residual=residual, edge_dim=2, share_weights=share)
-    x_src, x_dst = _x(7, 5, "bip src"), _x(4, 5 if channels == 5 else 4, "bip dst")
+    ours, theirs = pyg_pair(GATv2Conv, channels, 3, heads=2, residual=residual, edge_dim=2, share_weights=share)
+    x_src, x_dst = features("gatv2 x", 7, 5, "bip src"), features("gatv2 x", 4, 5 if channels == 5 else 4, "bip dst")
     ea = torch.randn(BIP_EDGES.shape[1], 2, dtype=torch.float64, generator=seeded("bip ea")).requires_grad_()
     assert_same_as_pyg(ours, theirs, (x_src, x_dst), BIP_EDGES, ea)
     ours.add_self_loops = theirs.add_self_loops = False

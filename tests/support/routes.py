@@ -43,3 +43,12 @@ def layer_on_both_routes(route, make, *inputs):
         results.append([out.detach()] + [p.grad for p in layer.parameters()])
     route(False)
     return results
+
+
+def assert_routes_agree(results, **tol):
+    """The Triton route's results close to the C route's (a pair from both_routes or
+    layer_on_both_routes)."""
+    c, t = results
+    assert len(c) == len(t)
+    for a, b in zip(c, t):
+        torch.testing.assert_close(b, a, **tol)
