@@ -1,10 +1,15 @@
 """What the GAT and GATv2 tests share: their graphs (a hub pattern; small edge_index
 graphs with a self loop, repeated edges, a bipartite one; a random graph with repeats
-and edge features) and a layer's comparison with PyG's of the same weights."""
+and edge features), a layer's comparison with PyG's of the same weights, and the two ops
+(graph_attention, graph_attention_v2) as the tests common to both call them (GAT, GATV2)."""
+from typing import Callable, NamedTuple
+
 import pytest
 import torch
 
 from support.operands import seeded
+
+from torchsparsegradutils import SparseCSR, graph_attention, graph_attention_v2
 
 # 7 nodes: a self loop (3 -> 3), node 6 has no in-edges, node 5 no out-edges
 EDGES = torch.tensor([[0, 1, 2, 3, 4, 0, 2, 3, 1, 4, 0],
@@ -77,3 +82,70 @@ def assert_same_as_pyg(ours, theirs, x, *args, **kw):
         assert (a is None) == (b is None), name
         if a is not None:
             torch.testing.assert_close(a, b, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def attention_mask(n, m, density=0.4, seed=0, hub=False):
+    """A boolean (n, m) pattern, row 1 and column 2 empty (a target with no sources, a
+    source nobody attends to); with hub, row 0 full (every source)."""
+    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) < density
+    if n > 2 and m > 2:
+        mask[1, :] = False
+        mask[:, 2] = False
+        if hub:
+            mask[0, :] = True
+    return mask
+
+
+def as_adjacency(mask, layout, itype=torch.int64):
+    """The boolean pattern mask as an adjacency: "coo", "csr" (torch's) or "sparse_csr"
+    (ours), of index type itype."""
+    D = mask.double()
+    if layout == "coo":
+        return D.to_sparse()
+    A = D.to_sparse_csr()
+    ptr, col = A.crow_indices().to(itype), A.col_indices().to(itype)
+    if layout == "csr":
+        return torch.sparse_csr_tensor(ptr, col, A.values(), D.shape)
+    return SparseCSR(ptr, col, A.values(), tuple(D.shape))
+
+
+def _leaves(shapes, dtype, seed):
+    gen = torch.Generator().manual_seed(seed + 1)
+    return [torch.randn(s, generator=gen, dtype=dtype).requires_grad_() for s in shapes]
+
+
+def gat_leaves(mask, H, F, dtype=torch.float64, seed=0, edge=False):
+    """graph_attention's leaves for the (n, m) pattern mask, requiring grad: x (m, H, F),
+    score_src (m, H), score_dst (n, H), and with edge an edge_score (nnz, H)."""
+    (n, m), nnz = mask.shape, int(mask.sum())
+    return _leaves([(m, H, F), (m, H), (n, H)] + ([(nnz, H)] if edge else []), dtype, seed)
+
+
+def gatv2_leaves(mask, H, C, dtype=torch.float64, seed=0, edge=False):
+    """graph_attention_v2's leaves for the (n, m) pattern mask, requiring grad: x_src
+    (m, H, C), x_dst (n, H, C), att (H, C), and with edge an edge_term (nnz, H, C) and an
+    edge_score (nnz, H)."""
+    (n, m), nnz = mask.shape, int(mask.sum())
+    return _leaves([(m, H, C), (n, H, C), (H, C)] + ([(nnz, H, C), (nnz, H)] if edge else []), dtype, seed)
+
+
+class Attention(NamedTuple):
+    """One of the two ops as the tests common to both call it: leaves(mask, H, F, dtype,
+    seed, edge) as gat_leaves; call(A, leaves, **kw) the op on them, the edge leaves (if
+    any, or their first) by name; hub, its tests' attention_mask's."""
+    leaves: Callable
+    call: Callable
+    hub: bool
+
+
+def _gat(A, ins, **kw):
+    x, s, d, e = [*ins, None][:4]
+    return graph_attention(A, x, s, d, edge_score=e, **kw)
+
+
+def _gatv2(A, ins, **kw):
+    xl, xr, att, et, b = [*ins, None, None][:5]
+    return graph_attention_v2(A, xl, xr, att, edge_term=et, edge_score=b, **kw)
+
+
+GAT, GATV2 = Attention(gat_leaves, _gat, False), Attention(gatv2_leaves, _gatv2, True)
