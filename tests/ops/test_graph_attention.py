@@ -8,7 +8,7 @@ malformed structure, the custom op's opcheck and torch.compile(fullgraph=True) o
 SparseCSR.  Every test of results runs on both routes: the C kernels and the PyTorch-ops
 one that CUDA takes (forced on CPU here).  The tests whose body is the same for
 graph_attention_v2 (nnz = 0, thread counts, edits after the forward, malformed structure,
-torch.compile) run here for both ops."""
+torch.compile, opcheck) run here for both ops."""
 import pytest
 import torch
 from support.checks import num_threads
@@ -309,21 +309,24 @@ def test_compiled_sparse_csr_matches_eager(op, edge):
         torch.testing.assert_close(a, b)
 
 
-def test_custom_op_opcheck():
-    mask = attention_mask(5, 6, 0.5, seed=16)
+@pytest.mark.parametrize("op,name", [(GAT, "gat"), (GATV2, "gatv2")], ids=["gat", "gatv2"])
+def test_custom_op_opcheck(op, name):
+    """tsgu::<name> and tsgu::<name>_grad, without and with the edge leaves (the gradient
+    op takes the first: edge_score's gradient, GATv2's, is the scores')."""
+    mask = attention_mask(5, 6, 0.5, seed=16, hub=op.hub)
     A = as_adjacency(mask, "sparse_csr")
-    x, s, d = operands(5, 6, 2, 3, seed=16)
-    nnz = A.col_indices.shape[0]
-    for e in (None, torch.randn(nnz, 2, dtype=x.dtype, requires_grad=True)):
-        args = (A.crow_indices, A.col_indices, [5, 6], x, s, d, e)
+    ins = op.leaves(mask, 2, 3, seed=16, edge=True)
+    forward, grad = getattr(torch.ops.tsgu, name), getattr(torch.ops.tsgu, name + "_grad")
+    for edge in ([None] * len(ins[3:]), ins[3:]):
+        args = (A.crow_indices, A.col_indices, [5, 6], *ins[:3], *edge)
         for seed, drop, scale in ((None, 0, 1.0), (torch.tensor([7]), 2**22, 1.5)):
-            torch.library.opcheck(torch.ops.tsgu.gat.default, (*args, seed, drop, scale, 0.2))
-            out, alpha = torch.ops.tsgu.gat(*args, seed, drop, scale, 0.2)
-            plain = (A.crow_indices, A.col_indices, [5, 6], x.detach(), s.detach(), d.detach(),
-                     None if e is None else e.detach(), seed, drop, scale, 0.2,
-                     alpha.detach(), torch.randn_like(out))    # differentiable once: gat_grad has no autograd
+            torch.library.opcheck(forward.default, (*args, seed, drop, scale, 0.2))
+            out, alpha = forward(*args, seed, drop, scale, 0.2)
+            plain = (A.crow_indices, A.col_indices, [5, 6], *(t.detach() for t in ins[:3]),
+                     None if edge[0] is None else edge[0].detach(), seed, drop, scale, 0.2,
+                     alpha.detach(), torch.randn_like(out))    # differentiable once: the grad op has no autograd
             for galpha in (None, torch.randn_like(alpha)):
-                torch.library.opcheck(torch.ops.tsgu.gat_grad.default, (*plain, galpha))
+                torch.library.opcheck(grad.default, (*plain, galpha))
 
 
 # ---------------------------------------------------------------- edge_score
