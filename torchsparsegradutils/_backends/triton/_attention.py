@@ -1,7 +1,9 @@
-"""What the graph-attention kernels (gat.py, gatv2.py) share: the dropout draw, a
-program's tile of heads by features and its gathers of rows, and the launches: the
-forward over the rows, the gradient by rows then by sources (through the transpose's
-pattern).  The kernels, which differ in their math, stay in their modules.
+"""What the graph-attention kernels (gat.py, gatv2.py) share: the dropout draw; a
+program's pieces (its span of entries, its tile of heads by features, a block of a row's
+or a column's entries, row loads and gathers, the dropped-out weights, the softmax
+gradient's two passes); and the launches: the forward over the rows, the gradient by
+rows then by sources (through the transpose's pattern).  The kernels, which differ in
+their math, stay in their modules.
 
 Dropout draws the same counter-based hash as the C kernels (csrc/tsgu_gat.h,
 tsgu_gat_draw: SplitMix64's finaliser of seed + (q+1) * golden ratio, q = e*H + h,
