@@ -123,7 +123,6 @@ PyObject *py_spmm_arg(PyObject *self, PyObject *args);
 PyObject *py_spmm_t_arg(PyObject *self, PyObject *args);
 PyObject *py_sddmm_arg(PyObject *self, PyObject *args);
 /* glue_spgemm.c: sparse_mm's sparse @ sparse kernels */
-PyObject *py_spgemm_count(PyObject *self, PyObject *args);
 PyObject *py_spgemm(PyObject *self, PyObject *args);
 PyObject *py_spgemm_grad(PyObject *self, PyObject *args);
 /* glue_solve.c: solves */

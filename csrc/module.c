@@ -139,8 +139,6 @@ static const struct {
                            "the offset of an entry in its row"},
     [TSGU_EROW_LONG] = {"EROW_LONG", "reduce='amax'/'amin' takes rows of fewer than 2^31 entries "
                                      "(their arg indices are int32)"},
-    [TSGU_EPRODUCT] = {"EPRODUCT", "malformed sparse product: its row pointers do not give each row "
-                                   "the number of columns that A @ B has there"},
 };
 #define N_STATUS ((int)(sizeof status_table / sizeof status_table[0]))
 
@@ -270,10 +268,8 @@ static PyMethodDef methods[] = {
      "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
     {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS,
      "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads[, probe]) -> None, or coalesced with probe"},
-    {"spgemm_count", py_spgemm_count, METH_VARARGS,
-     "spgemm_count(Aptr, Acol, Bptr, Bcol, batch, n, l, m, out_crow, nthreads)"},
     {"spgemm", py_spgemm, METH_VARARGS,
-     "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, out_col, out_values, nthreads)"},
+     "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, alloc, nthreads) -> alloc(nnz)"},
     {"spgemm_grad", py_spgemm_grad, METH_VARARGS,
      "spgemm_grad(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, grad_A, grad_B, nthreads)"},
     {"trisolve", py_trisolve, METH_VARARGS,
