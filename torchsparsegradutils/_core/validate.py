@@ -1,19 +1,13 @@
-"""The argument contracts of the public ops, declared: each public module holds its op's
-spec, and one function here per kind of spec checks the arguments against it, raising
-the errors in a fixed order.
-
-    SparseSpec   one sparse operand (softmax, log-sum-exp, sampled_addmm, graph attention):
-                 check_sparse
+"""The public ops' argument contracts, declared: each public module holds its op's spec,
+and one function here per kind of spec checks the arguments against it, in a fixed order:
+    SparseSpec   one sparse operand (softmax, log-sum-exp, sampled_addmm, graph attention): check_sparse
     ProductSpec  a sparse A with a dense B (sparse_mm, the triangular solve): check_product;
-                 with a dense A or a sparse B (sparse_mm): check_dense_a, check_sparse_operands
-    SystemSpec   a 2D sparse A with a 1D or 2D B (the generic solve, least squares):
-                 check_system
-    GroupedSpec  dense a (N, D1) and b (R, D1, D2) with a grouping of a's rows (gather_mm,
-                 segment_mm): check_grouped
-
+                 sparse_mm's dense A or sparse B: check_dense_a, check_sparse_operands
+    SystemSpec   a 2D sparse A with a 1D or 2D B (generic solve, least squares): check_system
+    GroupedSpec  dense a (N, D1) and b (R, D1, D2), a's rows grouped (gather_mm, segment_mm): check_grouped
 What is the op's alone (a dim argument, shapes relating several operands) is checked by
 a named function of its _ops family, after the spec.  Besides the specs: the dtypes
-taken, the errors and their notes, and the checks of the call's context (autograd,
+taken, the errors and their notes, the checks of the call's context (autograd,
 torch.func, torch.compile).
 
 Where the published torchsparsegradutils release fixes an error's message, ``str(e)``
