@@ -125,22 +125,22 @@ def spmm_reduce(view: CSRView, a: Tensor, X: Tensor, reduce: str) -> Tensor:
 
 # ---------------------------------------------------------------- sparse_mm
 def run_mm(spec: ProductSpec, A, B, reduce: str):
-    """sparse_mm of A and B against spec: with a sparse B sparse_sparse_mm, with a torch
-    tensor A tensor_mm; a SparseCSR A through the custom ops where a graph is recorded or
-    traced, else straight to the route."""
+    """sparse_mm of A and B against spec: a SparseCSR A with a dense B through the custom
+    ops where a graph is recorded or traced, else straight to the route; with a sparse B
+    sparse_sparse_mm; a torch tensor A tensor_mm."""
     if reduce != "sum":
         reduce = check_reduce(reduce, B)
-    if isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided):
-        if not (isinstance(A, torch.Tensor) and A.layout is torch.strided):      # dense @ sparse: tensor_mm
-            return sparse_sparse_mm(spec, A, B)
-    if not isinstance(A, SparseCSR):
-        return tensor_mm(spec, A, B, reduce)
-    shape = check_product(spec, A, B)
-    values = A.values
-    if torch.compiler.is_compiling() or records_graph(values, B):
-        return spmm_reduce(A.view(), values, B, reduce)
-    # what the custom operator runs, without its dispatch (nothing to trace or record)
-    return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce)
+    sparse_b = isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided)
+    if isinstance(A, SparseCSR) and not sparse_b:
+        shape = check_product(spec, A, B)
+        values = A.values
+        if torch.compiler.is_compiling() or records_graph(values, B):
+            return spmm_reduce(A.view(), values, B, reduce)
+        # what the custom operator runs, without its dispatch (nothing to trace or record)
+        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce)
+    if sparse_b and not (isinstance(A, torch.Tensor) and A.layout is torch.strided):   # dense @ sparse: tensor_mm
+        return sparse_sparse_mm(spec, A, B)
+    return tensor_mm(spec, A, B, reduce)
 
 
 @eager_only
