@@ -16,8 +16,7 @@ from typing import Literal, Sequence, Union
 import torch
 from torch import Tensor
 
-from ._core.validate import SparseSpec
-from ._core.validate import SUPPORTED_DTYPES
+from ._core.validate import SUPPORTED_DTYPES, SparseSpec
 from ._ops.lse import _bidir_2d, _bidir_batched  # noqa: F401  (the published release's tests import them from here)
 from ._ops.lse import run_bidir_logsumexp, run_logsumexp
 

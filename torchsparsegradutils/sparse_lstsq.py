@@ -3,8 +3,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ._core.validate import SystemSpec
-from ._core.validate import eager_only
+from ._core.validate import SystemSpec, eager_only
 from ._ops.solve import SparseGenericLstsq, run_lstsq  # noqa: F401  (SparseGenericLstsq: the published name)
 from .utils._operator import as_matmul, as_rmatmul
 from .utils.lsmr import lsmr

@@ -1,8 +1,7 @@
 """sparse_mm: sparse A times dense or sparse B, with gradients that stay sparse."""
 import torch  # noqa: F401  (the examples' name)
 
-from ._core.validate import ProductSpec
-from ._core.validate import MM_DTYPES
+from ._core.validate import MM_DTYPES, ProductSpec
 from ._ops.products import SparseMatMul, run_mm  # noqa: F401  (SparseMatMul: the published name)
 
 SPEC = ProductSpec("sparse_mm", MM_DTYPES)

@@ -18,8 +18,7 @@ import torch
 from torch import Tensor
 
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import SparseSpec
-from ._core.validate import HALF_DTYPES, SUPPORTED_DTYPES
+from ._core.validate import HALF_DTYPES, SUPPORTED_DTYPES, SparseSpec
 from ._ops.softmax import DimensionError, run_softmax  # noqa: F401  (DimensionError: raised for dim)
 
 __all__ = ["sparse_softmax", "sparse_log_softmax"]

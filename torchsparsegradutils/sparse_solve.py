@@ -10,8 +10,7 @@ from typing import Callable, Optional
 
 import torch
 
-from ._core.validate import ProductSpec, SystemSpec
-from ._core.validate import SUPPORTED_DTYPES
+from ._core.validate import SUPPORTED_DTYPES, ProductSpec, SystemSpec
 from ._ops.solve import SparseGenericSolve, run_generic_solve  # noqa: F401  (SparseGenericSolve: the published name)
 from ._ops.trisolve import SparseTriangularSolve, run_trisolve  # noqa: F401  (the published name)
 from .utils.minres import minres

@@ -24,8 +24,7 @@ from torch import Tensor
 from .. import _backends
 from .._core.sparse_csr import SparseCSR
 from .._core.structures import coo_structure
-from .._core.validate import ProductSpec, check_product
-from .._core.validate import MM_DTYPES
+from .._core.validate import MM_DTYPES, ProductSpec, check_product
 from .._core.view import entry_rows, view_of
 
 _SPARSE_MM = ProductSpec("sparse_mm", MM_DTYPES)   # the contract of sparse_mm, whose amax this is

@@ -23,8 +23,7 @@ from torch import Tensor
 from .. import _backends
 from .._core.intake import as_csr
 from .._core.sparse_csr import SparseCSR
-from .._core.validate import SparseSpec, check_sparse
-from .._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only
+from .._core.validate import SUPPORTED_DTYPES, SparseSpec, check_sparse, dtype_names, eager_only
 from .._core.view import CSRView, check_arrays, kernel_array, view_of
 
 

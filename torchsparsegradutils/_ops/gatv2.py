@@ -25,8 +25,7 @@ import torch
 from torch import Tensor
 
 from .. import _backends
-from .._core.validate import SparseSpec, check_sparse
-from .._core.validate import SUPPORTED_DTYPES, dtype_names
+from .._core.validate import SUPPORTED_DTYPES, SparseSpec, check_sparse, dtype_names
 from .._core.view import CSRView, check_arrays, kernel_array, view_of
 from .gat import dropout_draw, dropped, pattern_of
 

@@ -20,8 +20,7 @@ from .._core.intake import as_csr, values_of
 from .._core.sparse_csr import SparseCSR
 from .._core.saved import load_operand, save_operand
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import ProductSpec, check_dense_a, check_product
-from .._core.validate import check_reduce, eager_only, records_graph
+from .._core.validate import ProductSpec, check_dense_a, check_product, check_reduce, eager_only, records_graph
 from .._core.view import CSRView, check_arrays, op_args, view_of
 from .arg import sddmm_arg, spmm_arg, spmm_t_arg
 from .spgemm import sparse_sparse_mm

@@ -26,9 +26,8 @@ from .. import _backends
 from .._core.intake import as_csr
 from .._core.saved import load_operand, save_operand
 from .._core.sparse_csr import SparseCSR
-from .._core.validate import SparseSpec, check_sparse
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import constant_dim, eager_only, refuse_create_graph
+from .._core.validate import SparseSpec, check_sparse, constant_dim, eager_only, refuse_create_graph
 from .._core.view import CSRView, check_arrays, view_of
 
 

@@ -16,10 +16,9 @@ import torch
 from .. import _backends
 from .._core.intake import as_csr
 from .._core.saved import load_operand, save_operand
-from .._core.validate import SystemSpec, check_system
 from .._core.torch_sparse import coo_tensor
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import refuse_create_graph
+from .._core.validate import SystemSpec, check_system, refuse_create_graph
 from .products import sddmm
 
 _BRIDGE = SystemSpec("the solve")

@@ -20,8 +20,7 @@ from .._core.saved import load_operands, save_operands
 from .._core.sparse_csr import SparseCSR
 from .._core.torch_sparse import coo_tensor, csr_tensor
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import ProductSpec, check_sparse_operands
-from .._core.validate import eager_only, error, refuse_create_graph
+from .._core.validate import ProductSpec, check_sparse_operands, eager_only, error, refuse_create_graph
 from .._core.view import CSRView, check_arrays, coo_from_values, csr_from_values, view_of
 
 

@@ -18,9 +18,8 @@ from .. import _backends
 from .._core.intake import as_csr
 from .._core.saved import load_operand, save_operand
 from .._core.sparse_csr import SparseCSR
-from .._core.validate import ProductSpec, check_product
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import eager_only, records_graph, refuse_create_graph
+from .._core.validate import ProductSpec, check_product, eager_only, records_graph, refuse_create_graph
 from .._core.view import CSRView, check_arrays, op_args, view_of
 from .products import _sddmm
 
