@@ -221,11 +221,10 @@ def check_product(spec: ProductSpec, A, B):
     shape.  A SparseCSR's arrays are checked against its size where they are taken in
     (view.view_of, or the C glue on the no-graph CPU path, at no cost).  Every property
     is read once (each read costs about 0.1 us: this runs on every call)."""
-    name = spec.name
     if isinstance(A, SparseCSR):
         a_shape, layout, values = A.size, torch.sparse_csr, A.values
     else:
-        check_no_functorch(name)
+        check_no_functorch(spec.name)
         if not isinstance(A, torch.Tensor):
             raise ValueError("Both A and B should be instances of torch.Tensor")
         a_shape, layout, values = A.shape, A.layout, A
@@ -251,7 +250,7 @@ def check_product(spec: ProductSpec, A, B):
         raise ValueError(f"A and B must be on the same device, got {values.device} and {B.device}")
     dtype = values.dtype
     if dtype not in spec.dtypes:
-        raise TypeError(f"{name} supports {dtype_names(spec.dtypes)} values, got A of dtype {dtype}")
+        raise TypeError(f"{spec.name} supports {dtype_names(spec.dtypes)} values, got A of dtype {dtype}")
     if B.dtype != dtype:
         raise TypeError(f"A and B must have the same dtype, got {dtype} and {B.dtype}")
     if spec.square and a_shape[-2] != a_shape[-1]:

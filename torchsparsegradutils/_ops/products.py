@@ -123,6 +123,9 @@ def spmm_reduce(view: CSRView, a: Tensor, X: Tensor, reduce: str) -> Tensor:
 
 
 # ---------------------------------------------------------------- sparse_mm
+_is_compiling = torch.compiler.is_compiling     # one global read on the hot path, not three
+
+
 def run_mm(spec: ProductSpec, A, B, reduce: str):
     """sparse_mm of A and B against spec: a SparseCSR A with a dense B through the custom
     ops where a graph is recorded or traced, else straight to the route; with a sparse B
@@ -133,7 +136,7 @@ def run_mm(spec: ProductSpec, A, B, reduce: str):
     if isinstance(A, SparseCSR) and not sparse_b:
         shape = check_product(spec, A, B)
         values = A.values
-        if torch.compiler.is_compiling() or records_graph(values, B):
+        if _is_compiling() or records_graph(values, B):
             return spmm_reduce(A.view(), values, B, reduce)
         # what the custom operator runs, without its dispatch (nothing to trace or record)
         return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce)
