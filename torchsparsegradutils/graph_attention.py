@@ -14,14 +14,16 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _backends
-from ._core.intake import as_csr
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only
-from ._core.view import CSRView, check_arrays
-from ._ops.gat import gat
+from ._core.validate import SparseSpec
+from ._ops.gat import run_gat
 
 __all__ = ["graph_attention"]
+
+_NOT_ADJACENCY = (ValueError, "{name} takes the adjacency as a 2-D sparse COO or CSR tensor or a SparseCSR, got {got}")
+_NOT_2D = (ValueError, "{name} takes a 2-D adjacency (n, m) with no dense dimensions, got shape {shape}")
+SPEC = SparseSpec("graph_attention", (torch.sparse_coo, torch.sparse_csr), (2,), not_sparse=_NOT_ADJACENCY,
+                  bad_layout=_NOT_ADJACENCY, bad_rank=_NOT_2D, hybrid=_NOT_2D, values=False)   # dtypes: x's
 
 
 def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: Tensor, score_dst: Tensor,
@@ -91,68 +93,5 @@ def graph_attention(adjacency: Union[Tensor, SparseCSR], x: Tensor, score_src: T
     <BLANKLINE>
             [[0., 0.]]])
     """
-    _check(adjacency, x, score_src, score_dst, dropout, edge_score)
-    seed, drop, scale = None, 0, 1.0
-    if training and dropout > 0:
-        seed = torch.randint(-2**63, 2**63 - 1, (1,), dtype=torch.int64, device=x.device)  # PyTorch's generator
-        drop = round(dropout * 2**24)
-        scale = 1.0 / (1.0 - dropout) if dropout < 1 else 0.0
-    if isinstance(adjacency, SparseCSR):
-        view = CSRView(adjacency.crow_indices, adjacency.col_indices, None, 1, *adjacency.size, adjacency.shape)
-    else:
-        view = _pattern(adjacency)
-    if edge_score is not None and tuple(edge_score.shape) != (view.col.shape[0], x.shape[1]):
-        raise ValueError(f"graph_attention: edge_score must be (nnz, heads) = ({view.col.shape[0]}, {x.shape[1]}) "
-                         f"(one row per stored entry), got {tuple(edge_score.shape)}")
-    out, alpha = gat(view, x, score_src, score_dst, edge_score, seed, drop, scale, float(negative_slope))
-    if not return_attention:
-        return out
-    if drop:
-        alpha = torch.where(_backends.gat_dropped(seed, *alpha.shape, drop), 0.0, alpha * scale)
-    return out, alpha
-
-
-@eager_only
-def _pattern(A: Tensor) -> CSRView:
-    """A torch sparse tensor's CSR pattern (a COO one's coalesced): a graph break under torch.compile."""
-    return as_csr(A.detach())
-
-
-def _check(A, x, s, d, dropout, e=None) -> None:
-    if not isinstance(A, (Tensor, SparseCSR)) or A.layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError("graph_attention takes the adjacency as a 2-D sparse COO or CSR tensor or a SparseCSR, got "
-                         f"{A.layout if isinstance(A, Tensor) else type(A).__name__}")
-    if A.dim() != 2 or (isinstance(A, Tensor) and A.dense_dim() != 0):
-        raise ValueError(f"graph_attention takes a 2-D adjacency (n, m) with no dense dimensions, got shape "
-                         f"{tuple(A.shape)}")
-    if isinstance(A, SparseCSR):
-        check_arrays(A.crow_indices, A.col_indices, None, A.size)
-    for name, t in (("x", x), ("score_src", s), ("score_dst", d)):
-        if not isinstance(t, Tensor):
-            raise ValueError(f"graph_attention: {name} must be a tensor, got {type(t).__name__}")
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"graph_attention supports {dtype_names(SUPPORTED_DTYPES)} features, got {x.dtype}")
-    if s.dtype != x.dtype or d.dtype != x.dtype:
-        raise TypeError(f"graph_attention: score_src and score_dst must have x's dtype {x.dtype}, got {s.dtype} "
-                        f"and {d.dtype}")
-    n, m = A.shape
-    if x.dim() != 3 or x.shape[0] != m:
-        raise ValueError(f"graph_attention: x must be (m, heads, features) with m = {m} (the adjacency's "
-                         f"columns), got shape {tuple(x.shape)}")
-    H = x.shape[1]
-    if tuple(s.shape) != (m, H) or tuple(d.shape) != (n, H):
-        raise ValueError(f"graph_attention: score_src must be ({m}, {H}) and score_dst ({n}, {H}), got "
-                         f"{tuple(s.shape)} and {tuple(d.shape)}")
-    if not (x.device == s.device == d.device == A.device):
-        raise ValueError("graph_attention: the adjacency, x, score_src and score_dst must be on one device")
-    if e is not None:
-        if not isinstance(e, Tensor):
-            raise ValueError(f"graph_attention: edge_score must be a tensor or None, got {type(e).__name__}")
-        if e.dtype != x.dtype:
-            raise TypeError(f"graph_attention: edge_score must have x's dtype {x.dtype}, got {e.dtype}")
-        if e.device != x.device:
-            raise ValueError("graph_attention: edge_score must be on x's device")
-        if e.dim() != 2:
-            raise ValueError(f"graph_attention: edge_score must be (nnz, heads), got shape {tuple(e.shape)}")
-    if not 0.0 <= dropout <= 1.0:
-        raise ValueError(f"graph_attention: dropout must be in [0, 1], got {dropout}")
+    return run_gat(SPEC, adjacency, x, score_src, score_dst, negative_slope, dropout, training, return_attention,
+                   edge_score)

@@ -16,17 +16,16 @@ torch.compile traces on a SparseCSR.
 """
 from typing import Optional, Tuple, Union
 
-import torch
+import torch  # noqa: F401  (the examples' name)
 from torch import Tensor
 
-from . import _backends
-from ._core.intake import as_csr
 from ._core.sparse_csr import SparseCSR
-from ._core.validate import SUPPORTED_DTYPES, dtype_names, eager_only
-from ._core.view import CSRView, check_arrays
-from ._ops.gatv2 import gatv2
+from ._ops.gatv2 import run_gatv2
+from .graph_attention import SPEC as _GAT_SPEC
 
 __all__ = ["graph_attention_v2"]
+
+SPEC = _GAT_SPEC._replace(name="graph_attention_v2")     # graph_attention's adjacency   (dtypes: x_src's)
 
 
 def graph_attention_v2(adjacency: Union[Tensor, SparseCSR], x_src: Tensor, x_dst: Tensor, att: Tensor,
@@ -96,66 +95,5 @@ def graph_attention_v2(adjacency: Union[Tensor, SparseCSR], x_src: Tensor, x_dst
     <BLANKLINE>
             [[0., 0.]]])
     """
-    _check(adjacency, x_src, x_dst, att, dropout, edge_term, edge_score)
-    seed, drop, scale = None, 0, 1.0
-    if training and dropout > 0:
-        seed = torch.randint(-2**63, 2**63 - 1, (1,), dtype=torch.int64, device=x_src.device)  # PyTorch's generator
-        drop = round(dropout * 2**24)
-        scale = 1.0 / (1.0 - dropout) if dropout < 1 else 0.0
-    if isinstance(adjacency, SparseCSR):
-        view = CSRView(adjacency.crow_indices, adjacency.col_indices, None, 1, *adjacency.size, adjacency.shape)
-    else:
-        view = _pattern(adjacency)
-    nnz, (H, C) = view.col.shape[0], att.shape
-    for name, t, want in (("edge_term", edge_term, (nnz, H, C)), ("edge_score", edge_score, (nnz, H))):
-        if t is not None and tuple(t.shape) != want:
-            raise ValueError(f"graph_attention_v2: {name} must be {want} (one row per stored entry), got "
-                             f"{tuple(t.shape)}")
-    out, alpha = gatv2(view, x_src, x_dst, att, edge_term, edge_score, seed, drop, scale, float(negative_slope))
-    if not return_attention:
-        return out
-    if drop:
-        alpha = torch.where(_backends.gat_dropped(seed, *alpha.shape, drop), 0.0, alpha * scale)
-    return out, alpha
-
-
-@eager_only
-def _pattern(A: Tensor) -> CSRView:
-    """A torch sparse tensor's CSR pattern (a COO one's coalesced): a graph break under torch.compile."""
-    return as_csr(A.detach())
-
-
-def _check(A, xl, xr, att, dropout, et, b) -> None:
-    name = "graph_attention_v2"
-    if not isinstance(A, (Tensor, SparseCSR)) or A.layout not in (torch.sparse_coo, torch.sparse_csr):
-        raise ValueError(f"{name} takes the adjacency as a 2-D sparse COO or CSR tensor or a SparseCSR, got "
-                         f"{A.layout if isinstance(A, Tensor) else type(A).__name__}")
-    if A.dim() != 2 or (isinstance(A, Tensor) and A.dense_dim() != 0):
-        raise ValueError(f"{name} takes a 2-D adjacency (n, m) with no dense dimensions, got shape {tuple(A.shape)}")
-    if isinstance(A, SparseCSR):
-        check_arrays(A.crow_indices, A.col_indices, None, A.size)
-    for arg, t in (("x_src", xl), ("x_dst", xr), ("att", att)):
-        if not isinstance(t, Tensor):
-            raise ValueError(f"{name}: {arg} must be a tensor, got {type(t).__name__}")
-    for arg, t in (("edge_term", et), ("edge_score", b)):
-        if t is not None and not isinstance(t, Tensor):
-            raise ValueError(f"{name}: {arg} must be a tensor or None, got {type(t).__name__}")
-    if xl.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} supports {dtype_names(SUPPORTED_DTYPES)} features, got {xl.dtype}")
-    for arg, t in (("x_dst", xr), ("att", att), ("edge_term", et), ("edge_score", b)):
-        if t is not None and t.dtype != xl.dtype:
-            raise TypeError(f"{name}: {arg} must have x_src's dtype {xl.dtype}, got {t.dtype}")
-    n, m = A.shape
-    if xl.dim() != 3 or xl.shape[0] != m:
-        raise ValueError(f"{name}: x_src must be (m, heads, features) with m = {m} (the adjacency's columns), got "
-                         f"shape {tuple(xl.shape)}")
-    H, C = xl.shape[1:]
-    if tuple(xr.shape) != (n, H, C):
-        raise ValueError(f"{name}: x_dst must be ({n}, {H}, {C}) (the adjacency's rows, x_src's heads and "
-                         f"features), got {tuple(xr.shape)}")
-    if tuple(att.shape) != (H, C):
-        raise ValueError(f"{name}: att must be ({H}, {C}) (heads, features), got {tuple(att.shape)}")
-    if any(t is not None and t.device != xl.device for t in (xr, att, et, b)) or A.device != xl.device:
-        raise ValueError(f"{name}: the adjacency, x_src, x_dst, att, edge_term and edge_score must be on one device")
-    if not 0.0 <= dropout <= 1.0:
-        raise ValueError(f"{name}: dropout must be in [0, 1], got {dropout}")
+    return run_gatv2(SPEC, adjacency, x_src, x_dst, att, negative_slope, dropout, training, return_attention,
+                     edge_term, edge_score)

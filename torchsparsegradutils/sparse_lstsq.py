@@ -3,15 +3,12 @@ from typing import Callable, Optional
 
 import torch
 
-from . import _backends
-from ._core.intake import as_csr
-from ._core.saved import load_operand, save_operand
-from ._core.undefined_grad import none_for_undefined
-from ._core.validate import check_system, eager_only, refuse_create_graph
-from .sparse_matmul import sparse_mm
-from .sparse_solve import solver_result
-from .utils.lsmr import lsmr
+from ._core.validate import SystemSpec, eager_only
+from ._ops.solve import SparseGenericLstsq, run_lstsq  # noqa: F401  (SparseGenericLstsq: the published name)
 from .utils._operator import as_matmul, as_rmatmul
+from .utils.lsmr import lsmr
+
+SPEC = SystemSpec("sparse_generic_lstsq", tall=True)
 
 
 @eager_only
@@ -61,15 +58,7 @@ def sparse_generic_lstsq(A: torch.Tensor, B: torch.Tensor,
     >>> torch.allclose(x, torch.tensor([1.0, 1.0], dtype=torch.float64))
     True
     """
-    check_system(A, B, "sparse_generic_lstsq", lambda s: s[0] >= s[1],
-                 "A should be a tall full-rank matrix (rows >= columns)")
-    if B.dtype != A.dtype:
-        raise TypeError(f"A and B must have the same dtype, got {A.dtype} and {B.dtype}")
-    lstsq = lstsq or _default_lstsq
-    transpose_lstsq = transpose_lstsq or _default_transpose_lstsq
-    B2 = B.unsqueeze(-1) if B.dim() == 1 else B
-    X = SparseGenericLstsq.apply(A, B2, lstsq, transpose_lstsq)
-    return X.squeeze(-1) if B.dim() == 1 else X
+    return run_lstsq(SPEC, A, B, lstsq or _default_lstsq, transpose_lstsq or _default_transpose_lstsq)
 
 
 def _lsmr_options(A: torch.Tensor, n: int) -> dict:
@@ -84,41 +73,3 @@ def _default_lstsq(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
 def _default_transpose_lstsq(A: torch.Tensor, G: torch.Tensor) -> torch.Tensor:
     Av, Atv = as_matmul(A), as_rmatmul(A, None)
     return lsmr(Atv, G, Armat=Av, n=A.shape[0], **_lsmr_options(A, A.shape[1]))[0]
-
-
-def _solve(solver, A: torch.Tensor, B: torch.Tensor, rows: int) -> torch.Tensor:
-    """solver(A, B) as a (rows, B's columns) tensor of B's dtype; no call when B has no
-    columns (the answer is empty, and solvers mishandle it)."""
-    if B.shape[1] == 0:
-        return B.new_zeros(rows, 0)
-    return solver_result(solver(A, B), (rows, B.shape[1]), B.dtype, "least-squares solver")
-
-
-class SparseGenericLstsq(torch.autograd.Function):
-    """The autograd Function behind :func:`sparse_generic_lstsq` (validate with it first)."""
-
-    @staticmethod
-    def forward(ctx, A, B, lstsq, transpose_lstsq):
-        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
-        Ad = A.detach()
-        view = as_csr(Ad)                       # A's structure checked before a solver reads A
-        X = _solve(lstsq, Ad, B.detach(), A.shape[1])
-        ctx.solvers = (lstsq, transpose_lstsq)
-        save_operand(ctx, A, view, True, B, X)
-        return X
-
-    @staticmethod
-    @none_for_undefined
-    def backward(ctx, G):
-        refuse_create_graph("sparse_generic_lstsq", sparse_csr_twice=False)
-        view, _, (B, X) = load_operand(ctx)
-        lstsq, transpose_lstsq = ctx.solvers
-        A = view.to_torch()
-        grad_B = _solve(transpose_lstsq, A, G, A.shape[0])
-        grad_A = None
-        if ctx.needs_input_grad[0]:
-            Y = _solve(lstsq, A, grad_B, A.shape[1])
-            R = B - sparse_mm(A, X)
-            g = _backends.sddmm(view, R, Y) - _backends.sddmm(view, grad_B, X)
-            grad_A = view.grad_like(g)
-        return grad_A, grad_B if ctx.needs_input_grad[1] else None, None, None

@@ -1,11 +1,10 @@
 """sparse_mm: sparse A times dense or sparse B, with gradients that stay sparse."""
-import torch
+import torch  # noqa: F401  (the examples' name)
 
-from . import _backends
-from ._core.sparse_csr import SparseCSR
-from ._core.validate import check_mm, check_reduce, records_graph
-from ._ops.products import SparseMatMul, spmm_reduce, tensor_mm  # noqa: F401  (SparseMatMul: the published name)
-from ._ops.spgemm import sparse_sparse_mm
+from ._core.validate import MM_DTYPES, ProductSpec
+from ._ops.products import SparseMatMul, run_mm  # noqa: F401  (SparseMatMul: the published name)
+
+SPEC = ProductSpec("sparse_mm", MM_DTYPES)
 
 
 def sparse_mm(A, B, reduce: str = "sum"):
@@ -105,16 +104,4 @@ def sparse_mm(A, B, reduce: str = "sum"):
         Values of a dtype other than float16/bfloat16/float32/float64, or A and B of
         different dtypes.
     """
-    if reduce != "sum":
-        reduce = check_reduce(reduce, B)
-    if isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided):
-        if not (isinstance(A, torch.Tensor) and A.layout is torch.strided):      # dense @ sparse: below
-            return sparse_sparse_mm(A, B)
-    if not isinstance(A, SparseCSR):
-        return tensor_mm(A, B, reduce)
-    shape = check_mm(A, B)
-    values = A.values
-    if torch.compiler.is_compiling() or records_graph(values, B):
-        return spmm_reduce(A.view(), values, B, reduce)
-    # what the custom operator runs, without its dispatch (nothing to trace or record)
-    return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce)
+    return run_mm(SPEC, A, B, reduce)

@@ -17,24 +17,21 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from . import _backends
-from ._core.intake import as_csr
-from ._core.saved import load_operand, save_operand
 from ._core.sparse_csr import SparseCSR
-from ._core.undefined_grad import none_for_undefined
-from ._core.validate import (HALF_DTYPES, SUPPORTED_DTYPES, constant_dim, dtype_names, eager_only,
-                             refuse_create_graph)
-from ._core.view import check_arrays
-from ._ops.softmax import softmax
+from ._core.validate import HALF_DTYPES, SUPPORTED_DTYPES, SparseSpec
+from ._ops.softmax import DimensionError, run_softmax  # noqa: F401  (DimensionError: raised for dim)
 
 __all__ = ["sparse_softmax", "sparse_log_softmax"]
 
-SOFTMAX_DTYPES = HALF_DTYPES + SUPPORTED_DTYPES
-_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
-
-
-class DimensionError(IndexError, ValueError):
-    """A ``dim`` out of range: an IndexError as for torch.softmax, and a ValueError."""
+SPEC = SparseSpec(
+    "sparse_softmax", (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc), (2, 3),
+    not_sparse=(ValueError, "{name} takes a sparse tensor or a SparseCSR, got {got}"),
+    bad_layout=(ValueError, "{name} takes a sparse COO, CSR or CSC tensor or a SparseCSR, got layout {got}{hint}"),
+    bad_rank=(ValueError, "{name} takes a 2-D (n, m) or batched 3-D (b, n, m) sparse tensor, got {got}-D"),
+    hybrid=(ValueError, "{name} takes a sparse tensor with no dense dimensions, got {got}"),
+    dtypes=HALF_DTYPES + SUPPORTED_DTYPES, bad_dtype=(TypeError, "{name} supports {dtypes} values, got {got}"),
+    heads=True, dense_hint="; for a dense tensor use torch.softmax")
+LOG_SPEC = SPEC._replace(name="sparse_log_softmax")
 
 
 def sparse_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tensor, SparseCSR]:
@@ -82,7 +79,7 @@ def sparse_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tensor, 
     tensor([[0.0000, 0.5000, 0.5000],
             [1.0000, 0.0000, 0.0000]])
     """
-    return _softmax(A, dim, False, "sparse_softmax")
+    return run_softmax(SPEC, A, dim, False)
 
 
 def sparse_log_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tensor, SparseCSR]:
@@ -98,71 +95,5 @@ def sparse_log_softmax(A: Union[Tensor, SparseCSR], dim: int = -1) -> Union[Tens
     >>> sparse_log_softmax(A).values()
     tensor([-0.6931, -0.6931,  0.0000])
     """
-    return _softmax(A, dim, True, "sparse_log_softmax")
+    return run_softmax(LOG_SPEC, A, dim, True)
 
-
-def _softmax(A, dim, log: bool, name: str):
-    by_rows = _check(A, dim, name)
-    if isinstance(A, SparseCSR):
-        y = softmax(A.view(), A.values, by_rows, log)
-        return A._replace(values=y)
-    return _softmax_eager(A, by_rows, log)
-
-
-def _softmax_tensor(A: Tensor, by_rows: bool, log: bool) -> Tensor:
-    if A.layout == torch.sparse_csc:         # the CSR of its transpose, rows and columns swapped
-        return SparseSoftmax.apply(A.transpose(-2, -1), not by_rows, log).transpose(-2, -1)
-    return SparseSoftmax.apply(A, by_rows, log)
-
-
-_softmax_eager = eager_only(_softmax_tensor)   # torch sparse tensors: a graph break under torch.compile
-
-
-def _check(A, dim, name: str) -> bool:
-    """A's contract; True for a softmax over rows, False over columns."""
-    if not isinstance(A, (Tensor, SparseCSR)):
-        raise ValueError(f"{name} takes a sparse tensor or a SparseCSR, got {type(A).__name__}")
-    if A.layout not in _LAYOUTS:
-        hint = "; for a dense tensor use torch.softmax" if A.layout == torch.strided else ""
-        raise ValueError(f"{name} takes a sparse COO, CSR or CSC tensor or a SparseCSR, got layout {A.layout}{hint}")
-    if A.dim() not in (2, 3):
-        raise ValueError(f"{name} takes a 2-D (n, m) or batched 3-D (b, n, m) sparse tensor, got {A.dim()}-D")
-    if A.dense_dim() != 0:
-        raise ValueError(f"{name} takes a sparse tensor with no dense dimensions, got {A.dense_dim()}")
-    if isinstance(A, SparseCSR):
-        check_arrays(A.crow_indices, A.col_indices, A.values, A.size, heads=True)
-    if A.dtype not in SOFTMAX_DTYPES:
-        raise TypeError(f"{name} supports {dtype_names(SOFTMAX_DTYPES)} values, got {A.dtype}")
-    if isinstance(dim, bool) or not isinstance(dim, (int, torch.SymInt)):
-        raise TypeError(f"{name}: dim must be an int, got {type(dim).__name__}")
-    ndim = A.dim()
-    d = constant_dim(dim, ndim, DimensionError) % ndim
-    if d == 0 and ndim == 3:
-        raise ValueError(f"{name}: cannot take the softmax over the batch dimension (0) of a batched 3-D "
-                         "sparse tensor; dim must be -1 (rows) or -2 (columns)")
-    return d == ndim - 1
-
-
-class SparseSoftmax(torch.autograd.Function):
-    """The eager path of a torch sparse COO/CSR (b, n, m) or (n, m) input: _backends.softmax
-    of its CSR view, returned on its pattern; the backward reads the output alone (an
-    in-place edit of A's values after the forward cannot change it).  Differentiable
-    once: the custom ops of a SparseCSR give second derivatives."""
-
-    @staticmethod
-    def forward(ctx, A, by_rows, log):
-        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
-        view = as_csr(A.detach(), compress_rows=True)
-        y = _backends.softmax(view, by_rows, log)
-        if ctx.needs_input_grad[0]:
-            save_operand(ctx, A, view, False, y)
-            ctx.by_rows, ctx.log = by_rows, log
-        return view.grad_like(y)
-
-    @staticmethod
-    @none_for_undefined
-    def backward(ctx, G):
-        refuse_create_graph("sparse_softmax / sparse_log_softmax")
-        view, _, (y,) = load_operand(ctx)
-        g = view.values_at(G).reshape(y.shape)
-        return view.grad_like(_backends.softmax_grad(view, y, g, ctx.by_rows, ctx.log)), None, None

@@ -200,10 +200,10 @@ def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shap
     """spmm_reduce of CSR arrays of an A of shape `shape`, taken as they are (any strides;
     the kernels check their structure), where no graph is recorded: a sum on the cpu
     route straight to the kernel, without building a view."""
-    if reduce == "sum" and _backend(True, values, B) is cpu:
-        return cpu.spmm_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
-                               shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
-    return spmm_reduce(view_of(ptr, col, values, None, shape), B, reduce)
+    if reduce != "sum" or _backend(True, values, B) is not cpu:
+        return spmm_reduce(view_of(ptr, col, values, None, shape), B, reduce)
+    return cpu.spmm_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
+                           shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
 
 
 def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape, reduce: str = "sum") -> torch.Tensor:

@@ -1,5 +1,14 @@
-"""The argument contracts shared by the sparse operations: one place, so that every op
-raises the same errors for the same input.
+"""The public ops' argument contracts, declared: each public module holds its op's spec,
+and one function here per kind of spec checks the arguments against it, in a fixed order:
+    SparseSpec   one sparse operand (softmax, log-sum-exp, sampled_addmm, graph attention): check_sparse
+    ProductSpec  a sparse A with a dense B (sparse_mm, the triangular solve): check_product;
+                 sparse_mm's dense A or sparse B: check_dense_a, check_sparse_operands
+    SystemSpec   a 2D sparse A with a 1D or 2D B (generic solve, least squares): check_system
+    GroupedSpec  dense a (N, D1) and b (R, D1, D2), a's rows grouped (gather_mm, segment_mm): check_grouped
+What is the op's alone (a dim argument, shapes relating several operands) is checked by
+a named function of its _ops family, after the spec.  Besides the specs: the dtypes
+taken, the errors and their notes, the checks of the call's context (autograd,
+torch.func, torch.compile).
 
 Where the published torchsparsegradutils release fixes an error's message, ``str(e)``
 is that message exactly (users and its tests compare it); what we know beyond it
@@ -7,11 +16,13 @@ is that message exactly (users and its tests compare it); what we know beyond it
 tracebacks print.
 """
 import functools
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.autograd.forward_ad as forward_ad
 
 from .sparse_csr import SparseCSR
+from .view import check_arrays
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
 # sparse_mm's kernels also take 16-bit values (summed in float32, rounded once)
@@ -114,17 +125,106 @@ def layout_hint(name: str, layout) -> str:
             f"{name}.to_sparse_csr() (CSR)")
 
 
-def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
-    """A sparse COO/CSR (n, m) or (b, n, m) without dense dims, or a SparseCSR; B strided
-    with A's rank, batch size, device and dtype (one of `dtypes`).  Shapes beyond that
-    are the op's to check: returns (A's shape, B's shape) for it.  A SparseCSR's arrays
-    are checked against its size where they are taken in (view.view_of, or the C glue
-    on the no-graph CPU path, at no cost).  Every property is read once (each read
-    costs about 0.1 us: this runs on every call)."""
+# sparse_mm's reduce= (torch.sparse.mm's): how each row's products are combined, and the
+# names torch.sparse.mm also takes for two of them
+REDUCTIONS = ("sum", "mean", "amax", "amin")
+REDUCE_ALIASES = {"max": "amax", "min": "amin"}
+
+
+def check_reduce(reduce, B) -> str:
+    """sparse_mm's reduce: one of REDUCTIONS or an alias of one (returned as its name in
+    REDUCTIONS), and with a sparse B "sum" alone (the product of two sparse matrices has
+    no reduce); a ValueError naming what is allowed."""
+    if isinstance(reduce, str):
+        reduce = REDUCE_ALIASES.get(reduce, reduce)
+    if not isinstance(reduce, str) or reduce not in REDUCTIONS:
+        raise ValueError(f"reduce must be one of 'sum', 'mean', 'amax' (or 'max') or 'amin' (or 'min'), "
+                         f"got {reduce!r}")
+    if reduce != "sum" and isinstance(B, torch.Tensor) and B.layout is not torch.strided:
+        raise error(ValueError, f"reduce={reduce!r} needs a dense B: with a sparse B, sparse_mm takes "
+                                "reduce='sum' only", f"got B of layout {B.layout}")
+    return reduce
+
+
+# ---------------------------------------------------------------- the specs
+Failure = Tuple[type, str]   # (exception class, message), the message formatted by _raise
+
+
+class SparseSpec(NamedTuple):
+    """An op's sparse operand: a torch sparse tensor of one of `layouts` or a SparseCSR, of
+    one of `ranks`, without dense dimensions, of one of `dtypes`.  check_sparse checks, in
+    this order (the rank before the layout with rank_first): the kind (not_sparse), the
+    layout (bad_layout), the rank (bad_rank), dense dimensions (hybrid), a SparseCSR's
+    arrays against its size (its values too where `values`, (nnz, H) ones where `heads`),
+    the dtype (bad_dtype; no check where `dtypes` is empty: the op checks it with its
+    other operands).  A message may name {name} (the op), {got} (what was found),
+    {shape} (the operand's, for a bad rank or dense dims), {dtypes} (the dtypes taken)
+    and {hint} (dense_hint, for a dense operand of the wrong layout)."""
+    name: str
+    layouts: tuple
+    ranks: tuple
+    not_sparse: Failure
+    bad_layout: Failure
+    bad_rank: Failure
+    hybrid: Failure
+    dtypes: tuple = ()
+    bad_dtype: Optional[Failure] = None
+    values: bool = True
+    heads: bool = False
+    rank_first: bool = False
+    dense_hint: str = ""
+
+
+def check_sparse(spec: SparseSpec, A) -> None:
+    """A against spec (see SparseSpec)."""
+    if not isinstance(A, (torch.Tensor, SparseCSR)):
+        _raise(spec, spec.not_sparse, type(A).__name__)
+    if spec.rank_first:
+        _check_rank(spec, A)
+    layout = A.layout
+    if layout not in spec.layouts:
+        _raise(spec, spec.bad_layout, layout, hint=spec.dense_hint if layout == torch.strided else "")
+    if not spec.rank_first:
+        _check_rank(spec, A)
+    if A.dense_dim() != 0:
+        _raise(spec, spec.hybrid, A.dense_dim(), tuple(A.shape))
+    if isinstance(A, SparseCSR):
+        check_arrays(A.crow_indices, A.col_indices, A.values if spec.values else None, A.size, heads=spec.heads)
+    if spec.dtypes and A.dtype not in spec.dtypes:
+        _raise(spec, spec.bad_dtype, A.dtype)
+
+
+def _check_rank(spec: SparseSpec, A) -> None:
+    if A.dim() not in spec.ranks:
+        _raise(spec, spec.bad_rank, A.dim(), tuple(A.shape))
+
+
+def _raise(spec: SparseSpec, failure: Failure, got, shape=(), hint: str = ""):
+    cls, message = failure
+    raise cls(message.format(name=spec.name, got=got, shape=shape, hint=hint, dtypes=dtype_names(spec.dtypes)
+                             if spec.dtypes else ""))
+
+
+class ProductSpec(NamedTuple):
+    """An op on a sparse A (COO/CSR (n, m) or (b, n, m) without dense dims, or a SparseCSR)
+    and a dense B of A's rank, batch size and device, both of one of `dtypes`; A square on
+    its last two dimensions where `square`; B's rows matching A's dimension `rows` (-1:
+    the product A @ B; -2: the solve A X = B)."""
+    name: str
+    dtypes: tuple
+    rows: int = -1
+    square: bool = False
+
+
+def check_product(spec: ProductSpec, A, B):
+    """A and B against spec (see ProductSpec), with the published messages; returns A's
+    shape.  A SparseCSR's arrays are checked against its size where they are taken in
+    (view.view_of, or the C glue on the no-graph CPU path, at no cost).  Every property
+    is read once (each read costs about 0.1 us: this runs on every call)."""
     if isinstance(A, SparseCSR):
         a_shape, layout, values = A.size, torch.sparse_csr, A.values
     else:
-        check_no_functorch(name)
+        check_no_functorch(spec.name)
         if not isinstance(A, torch.Tensor):
             raise ValueError("Both A and B should be instances of torch.Tensor")
         a_shape, layout, values = A.shape, A.layout, A
@@ -149,26 +249,21 @@ def check_operands(A, B, name: str, dtypes=SUPPORTED_DTYPES):
     if not (values.is_cpu and B.is_cpu) and values.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {values.device} and {B.device}")
     dtype = values.dtype
-    if dtype not in dtypes:
-        raise TypeError(f"{name} supports {dtype_names(dtypes)} values, got A of dtype {dtype}")
+    if dtype not in spec.dtypes:
+        raise TypeError(f"{spec.name} supports {dtype_names(spec.dtypes)} values, got A of dtype {dtype}")
     if B.dtype != dtype:
         raise TypeError(f"A and B must have the same dtype, got {dtype} and {B.dtype}")
-    return a_shape, b_shape
-
-
-def check_mm(A, B, name: str = "sparse_mm"):
-    """sparse_mm's contract for a dense B: check_operands (MM_DTYPES), and A's columns
-    B's rows; returns A's shape."""
-    a_shape, b_shape = check_operands(A, B, name, MM_DTYPES)
-    if a_shape[-1] != b_shape[-2]:
-        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
+    if spec.square and a_shape[-2] != a_shape[-1]:
+        raise error(ValueError, "A must be square on its last two dimensions", f"got shape {tuple(a_shape)}")
+    if a_shape[spec.rows] != b_shape[-2]:
+        raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[spec.rows]}] vs B[..., {b_shape[-2]}]")
     return a_shape
 
 
-def check_dense_a(A: torch.Tensor, B, name: str = "sparse_mm"):
+def check_dense_a(spec: ProductSpec, A: torch.Tensor, B):
     """torch.sparse.mm's dense A: A strided (n, l) or (b, n, l); B strided, or sparse
     COO/CSR (or a SparseCSR), of A's rank and batch size with l rows; one device and one
-    dtype (one of MM_DTYPES).  Returns the product's shape."""
+    dtype (one of spec's).  Returns the product's shape."""
     if isinstance(B, SparseCSR):
         b_shape, values, layout = B.size, B.values, torch.sparse_csr
     elif isinstance(B, torch.Tensor):
@@ -179,25 +274,25 @@ def check_dense_a(A: torch.Tensor, B, name: str = "sparse_mm"):
         raise error(ValueError, "with a dense A, B must be dense or a sparse COO or CSR tensor",
                     layout_hint("B", layout))
     if layout is not torch.strided and values is B:
-        check_no_functorch(name)
+        check_no_functorch(spec.name)
         if B.dense_dim() != 0:
             raise ValueError(f"B must not have dense dimensions (hybrid sparse tensors are not supported), "
                              f"got {B.dense_dim()}")
-    _check_product(A.shape, b_shape, A, values, name, MM_DTYPES)
+    _check_pair(spec, A.shape, b_shape, A, values)
     return torch.Size([*A.shape[:-1], b_shape[-1]])
 
 
-def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
+def check_sparse_operands(spec: ProductSpec, A, B):
     """Sparse @ sparse: A and B each a sparse COO/CSR tensor (n, m) or (b, n, m) without
     dense dims, or a SparseCSR; both 2D or both 3D with one batch size, A's columns B's
-    rows, one device and one dtype (one of `dtypes`).  Returns (A's shape, B's shape)."""
+    rows, one device and one dtype (one of spec's).  Returns (A's shape, B's shape)."""
     shapes, values = [], []
     for X, which in ((A, "A"), (B, "B")):
         if isinstance(X, SparseCSR):
             shapes.append(X.shape)
             values.append(X.values)
             continue
-        check_no_functorch(name)
+        check_no_functorch(spec.name)
         if not isinstance(X, torch.Tensor):
             raise ValueError("Both A and B should be instances of torch.Tensor")
         if X.layout is not torch.sparse_coo and X.layout is not torch.sparse_csr:
@@ -209,14 +304,14 @@ def check_sparse_operands(A, B, name: str, dtypes=MM_DTYPES):
         shapes.append(X.shape)
         values.append(X)
     (a_shape, b_shape), (a, b) = shapes, values
-    _check_product(a_shape, b_shape, a, b, name, dtypes)
+    _check_pair(spec, a_shape, b_shape, a, b)
     return a_shape, b_shape
 
 
-def _check_product(a_shape, b_shape, a: torch.Tensor, b: torch.Tensor, name: str, dtypes) -> None:
+def _check_pair(spec: ProductSpec, a_shape, b_shape, a: torch.Tensor, b: torch.Tensor) -> None:
     """The contract of a product A @ B whose operands' kinds are checked, with the
     published messages: ranks 2 or 3 alike, one batch size, A's columns B's rows, one
-    device, and one dtype of `dtypes` (a and b: tensors holding the operands' values)."""
+    device, and one dtype of spec's (a and b: tensors holding the operands' values)."""
     if len(a_shape) < 2 or len(b_shape) < 2:
         raise ValueError("Both A and B should be at least 2-dimensional tensors")
     if len(a_shape) != len(b_shape) or len(a_shape) > 3:
@@ -229,54 +324,72 @@ def _check_product(a_shape, b_shape, a: torch.Tensor, b: torch.Tensor, name: str
         raise ValueError(f"Incompatible inner dimensions: A[..., {a_shape[-1]}] vs B[..., {b_shape[-2]}]")
     if a.device != b.device:
         raise ValueError(f"A and B must be on the same device, got {a.device} and {b.device}")
-    if a.dtype not in dtypes:
-        raise TypeError(f"{name} supports {dtype_names(dtypes)} values, got A of dtype {a.dtype}")
+    if a.dtype not in spec.dtypes:
+        raise TypeError(f"{spec.name} supports {dtype_names(spec.dtypes)} values, got A of dtype {a.dtype}")
     if b.dtype != a.dtype:
         raise TypeError(f"A and B must have the same dtype, got {a.dtype} and {b.dtype}")
 
 
-# sparse_mm's reduce= (torch.sparse.mm's): how each row's products are combined, and the
-# names torch.sparse.mm also takes for two of them
-REDUCTIONS = ("sum", "mean", "amax", "amin")
-REDUCE_ALIASES = {"max": "amax", "min": "amin"}
-
-
-def check_reduce(reduce, B) -> str:
-    """sparse_mm's reduce: one of REDUCTIONS or an alias of one (returned as its name in
-    REDUCTIONS), and with a sparse B "sum" alone (the product of two sparse matrices has
-    no reduce); a ValueError naming what is allowed."""
-    if isinstance(reduce, str):
-        reduce = REDUCE_ALIASES.get(reduce, reduce)
-    if not isinstance(reduce, str) or reduce not in REDUCTIONS:
-        raise ValueError(f"reduce must be one of 'sum', 'mean', 'amax' (or 'max') or 'amin' (or 'min'), "
-                         f"got {reduce!r}")
-    if reduce != "sum" and isinstance(B, torch.Tensor) and B.layout is not torch.strided:
-        raise error(ValueError, f"reduce={reduce!r} needs a dense B: with a sparse B, sparse_mm takes "
-                                "reduce='sum' only", f"got B of layout {B.layout}")
-    return reduce
-
-
-def check_system(A, B, name: str, shape_ok, shape_rule: str) -> None:
-    """The contract of the 2D generic solve and least squares: A sparse COO/CSR 2D
-    with shape_ok(A.shape) (shape_rule is the published message for a bad shape); B
-    strided, 1D or 2D, with A's rows, device and a float32/float64 dtype of its own
+class SystemSpec(NamedTuple):
+    """An op on a 2D sparse COO/CSR A, square (or, `tall`, with at least as many rows as
+    columns), of float32/float64 values, and a dense 1D or 2D B with A's rows and device
     (dtype agreement is the op's to decide)."""
-    check_no_functorch(name)
+    name: str
+    tall: bool = False
+
+
+def check_system(spec: SystemSpec, A, B) -> None:
+    """A and B against spec (see SystemSpec), with the published messages."""
+    check_no_functorch(spec.name)
     if not isinstance(A, torch.Tensor) or not isinstance(B, torch.Tensor):
         raise ValueError("Both A and B should be instances of torch.Tensor")
     if A.layout not in (torch.sparse_coo, torch.sparse_csr):
         raise TypeError(f"Unsupported sparse layout: {A.layout}. Only COO and CSR are supported.")
     if A.dim() != 2:
         raise error(ValueError, "A must be a 2D tensor", f"got {A.dim()}D")
-    if not shape_ok(A.shape):
-        raise error(ValueError, shape_rule, f"got shape {tuple(A.shape)}")
+    rows, cols = A.shape
+    if rows < cols if spec.tall else rows != cols:
+        rule = "A should be a tall full-rank matrix (rows >= columns)" if spec.tall else "A must be square"
+        raise error(ValueError, rule, f"got shape {tuple(A.shape)}")
     if B.layout != torch.strided:
         raise error(TypeError, "B must be a dense (strided) tensor", f"got {B.layout}")
     if B.dim() not in (1, 2):
         raise error(ValueError, "B must be a 1D or 2D tensor", f"got {B.dim()}D")
-    if B.shape[0] != A.shape[0]:
+    if B.shape[0] != rows:
         raise ValueError(f"Incompatible dimensions: A has shape {tuple(A.shape)}, B has shape {tuple(B.shape)}")
     if A.device != B.device:
         raise ValueError(f"A and B must be on the same device, got {A.device} and {B.device}")
     if A.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"{name} supports {dtype_names(SUPPORTED_DTYPES)} values, got {A.dtype}")
+        raise TypeError(f"{spec.name} supports {dtype_names(SUPPORTED_DTYPES)} values, got {A.dtype}")
+
+
+class GroupedSpec(NamedTuple):
+    """An op on dense a (N, D1) and b (R, D1, D2) of one device and one float32/float64
+    dtype, and a 1D `index` tensor grouping a's rows, of `index_size` entries ("N": one a
+    row, "R": one b matrix)."""
+    name: str
+    index: str
+    index_size: str
+
+
+def check_grouped(spec: GroupedSpec, a, b, index) -> None:
+    """a, b and the grouping's kind and rank against spec (see GroupedSpec), with the
+    published messages; its size, dtype and values are the op's."""
+    if not all(isinstance(t, torch.Tensor) for t in (a, b, index)):
+        raise ValueError("Inputs should be instances of torch.Tensor")
+    if a.dim() != 2 or b.dim() != 3 or index.dim() != 1:
+        raise ValueError(
+            "Input tensors have unexpected dimensions: a must be 2D (N, D1), b 3D (R, D1, D2) and "
+            f"{spec.index} 1D ({spec.index_size},), got {a.dim()}D, {b.dim()}D and {index.dim()}D"
+        )
+    if a.layout != torch.strided or b.layout != torch.strided:
+        raise ValueError(f"{spec.name} takes dense (strided) tensors, got {a.layout} and {b.layout}")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"Incompatible size for inputs: a is {tuple(a.shape)} and b is {tuple(b.shape)} "
+                         "(a's columns must match b's rows)")
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on the same device, got {a.device} and {b.device}")
+    if a.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{spec.name} supports float32 and float64 values, got a of dtype {a.dtype}")
+    if b.dtype != a.dtype:
+        raise TypeError(f"a and b must have the same dtype, got {a.dtype} and {b.dtype}")

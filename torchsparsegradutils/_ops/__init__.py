@@ -25,7 +25,12 @@ only dense tensors: Dynamo cannot take torch sparse tensors, so a compiled progr
 passes the components (see SparseCSR).
 
 Importing this package (or any family module) registers every op.  The wrappers (on a
-CSRView) are re-exported here; the public modules import them from their family module.
+CSRView) are re-exported here.  Each public op is one call into its family module,
+run_<op>(spec, ...): the arguments checked against the op's spec (_core/validate.py),
+then a SparseCSR through the ops above and a torch sparse tensor through the family's
+autograd Function, run eagerly; sampled.py (sampled_addmm, on tsgu::sddmm) and solve.py
+(the generic solve and least squares, on an outside solver and tsgu::sddmm) hold such
+entries and Functions alone.
 """
 from . import aggr
 from .arg import sddmm_arg, spmm_arg, spmm_t_arg

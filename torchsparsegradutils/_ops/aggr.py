@@ -24,9 +24,10 @@ from torch import Tensor
 from .. import _backends
 from .._core.sparse_csr import SparseCSR
 from .._core.structures import coo_structure
-from .._core.validate import check_mm
+from .._core.validate import MM_DTYPES, ProductSpec, check_product
 from .._core.view import entry_rows, view_of
 
+_SPARSE_MM = ProductSpec("sparse_mm", MM_DTYPES)   # the contract of sparse_mm, whose amax this is
 _BLOCK = 1 << 20        # products per block of rows in the backward (more where one row has more)
 
 
@@ -40,7 +41,7 @@ def max_aggregation(A: SparseCSR, x: Tensor, messages: Optional[Tensor] = None) 
 def _max_aggregation(ptr: Tensor, col: Tensor, shape: List[int], a: Tensor, messages: Optional[Tensor],
                      x: Tensor) -> Tensor:
     """sparse_mm(A, x, "amax") for the layers' A (2-D SparseCSR) and x (2-D), its checks included."""
-    check_mm(SparseCSR(ptr, col, a, tuple(shape)), x)
+    check_product(_SPARSE_MM, SparseCSR(ptr, col, a, tuple(shape)), x)
     return _backends.spmm_arg(view_of(ptr, col, a, None, shape), x, False, need_arg=False)[0]
 
 

@@ -12,6 +12,8 @@ LeakyReLU's:
                           whether or not e is given (the kernels need it anyway)
 with the derivative
     gat:      (dx, ds, dd, de) = gat_grad(...)   (no second derivative)
+
+run_gat is graph_attention; dropout_draw, pattern_of and dropped are graph_attention_v2's too.
 """
 from typing import List, Optional, Tuple
 
@@ -19,6 +21,9 @@ import torch
 from torch import Tensor
 
 from .. import _backends
+from .._core.intake import as_csr
+from .._core.sparse_csr import SparseCSR
+from .._core.validate import SUPPORTED_DTYPES, SparseSpec, check_sparse, dtype_names, eager_only
 from .._core.view import CSRView, check_arrays, kernel_array, view_of
 
 
@@ -79,3 +84,80 @@ def gat(view: CSRView, x: Tensor, s: Tensor, d: Tensor, e: Optional[Tensor], see
     """(out, alpha) of graph attention on view's pattern (see _backends.gat), differentiable
     once in x, s, d and e (through both outputs)."""
     return _gat(view.ptr, view.col, list(view.shape), x, s, d, e, seed, drop, scale, slope)
+
+
+def run_gat(spec: SparseSpec, adjacency, x: Tensor, score_src: Tensor, score_dst: Tensor, negative_slope: float,
+            dropout: float, training: bool, return_attention: bool, edge_score: Optional[Tensor]):
+    """graph_attention against spec."""
+    check_sparse(spec, adjacency)
+    _check_features(adjacency, x, score_src, score_dst, dropout, edge_score)
+    seed, drop, scale = dropout_draw(dropout if training else 0.0, x.device)
+    view = pattern_of(adjacency)
+    if edge_score is not None and tuple(edge_score.shape) != (view.col.shape[0], x.shape[1]):
+        raise ValueError(f"graph_attention: edge_score must be (nnz, heads) = ({view.col.shape[0]}, {x.shape[1]}) "
+                         f"(one row per stored entry), got {tuple(edge_score.shape)}")
+    out, alpha = gat(view, x, score_src, score_dst, edge_score, seed, drop, scale, float(negative_slope))
+    return (out, dropped(alpha, seed, drop, scale)) if return_attention else out
+
+
+def dropout_draw(dropout: float, device: torch.device):
+    """(seed, drop, scale) of the kernels' dropout (see _backends.gat): the seed drawn from
+    PyTorch's generator, None without dropout."""
+    if not dropout > 0:
+        return None, 0, 1.0
+    seed = torch.randint(-2**63, 2**63 - 1, (1,), dtype=torch.int64, device=device)
+    return seed, round(dropout * 2**24), 1.0 / (1.0 - dropout) if dropout < 1 else 0.0
+
+
+def pattern_of(adjacency) -> CSRView:
+    """The adjacency's CSR pattern, values unused: a SparseCSR's arrays, or a torch sparse
+    tensor's (a COO one's coalesced)."""
+    if isinstance(adjacency, SparseCSR):
+        return CSRView(adjacency.crow_indices, adjacency.col_indices, None, 1, *adjacency.size, adjacency.shape)
+    return _pattern(adjacency)
+
+
+@eager_only
+def _pattern(A: Tensor) -> CSRView:
+    """A torch sparse tensor's CSR pattern: a graph break under torch.compile."""
+    return as_csr(A.detach())
+
+
+def dropped(alpha: Tensor, seed: Optional[Tensor], drop: int, scale: float) -> Tensor:
+    """The attention weights after the forward's dropout."""
+    if not drop:
+        return alpha
+    return torch.where(_backends.gat_dropped(seed, *alpha.shape, drop), 0.0, alpha * scale)
+
+
+def _check_features(A, x, s, d, dropout, e) -> None:
+    """What the spec leaves to the op: the features and scores against the adjacency, and dropout."""
+    for name, t in (("x", x), ("score_src", s), ("score_dst", d)):
+        if not isinstance(t, Tensor):
+            raise ValueError(f"graph_attention: {name} must be a tensor, got {type(t).__name__}")
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"graph_attention supports {dtype_names(SUPPORTED_DTYPES)} features, got {x.dtype}")
+    if s.dtype != x.dtype or d.dtype != x.dtype:
+        raise TypeError(f"graph_attention: score_src and score_dst must have x's dtype {x.dtype}, got {s.dtype} "
+                        f"and {d.dtype}")
+    n, m = A.shape
+    if x.dim() != 3 or x.shape[0] != m:
+        raise ValueError(f"graph_attention: x must be (m, heads, features) with m = {m} (the adjacency's "
+                         f"columns), got shape {tuple(x.shape)}")
+    H = x.shape[1]
+    if tuple(s.shape) != (m, H) or tuple(d.shape) != (n, H):
+        raise ValueError(f"graph_attention: score_src must be ({m}, {H}) and score_dst ({n}, {H}), got "
+                         f"{tuple(s.shape)} and {tuple(d.shape)}")
+    if not (x.device == s.device == d.device == A.device):
+        raise ValueError("graph_attention: the adjacency, x, score_src and score_dst must be on one device")
+    if e is not None:
+        if not isinstance(e, Tensor):
+            raise ValueError(f"graph_attention: edge_score must be a tensor or None, got {type(e).__name__}")
+        if e.dtype != x.dtype:
+            raise TypeError(f"graph_attention: edge_score must have x's dtype {x.dtype}, got {e.dtype}")
+        if e.device != x.device:
+            raise ValueError("graph_attention: edge_score must be on x's device")
+        if e.dim() != 2:
+            raise ValueError(f"graph_attention: edge_score must be (nnz, heads), got shape {tuple(e.shape)}")
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueError(f"graph_attention: dropout must be in [0, 1], got {dropout}")

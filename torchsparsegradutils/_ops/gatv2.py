@@ -16,6 +16,8 @@ None); dropout: seed None or an int64 tensor of one element, drop (of 2^24) and 
                           or not b is given (the kernels need it anyway)
 with the derivative
     gatv2:    (gxl, gxr, gatt, get, gb) = gatv2_grad(...)   (no second derivative)
+
+run_gatv2 is graph_attention_v2.
 """
 from typing import List, Optional, Tuple
 
@@ -23,7 +25,9 @@ import torch
 from torch import Tensor
 
 from .. import _backends
+from .._core.validate import SUPPORTED_DTYPES, SparseSpec, check_sparse, dtype_names
 from .._core.view import CSRView, check_arrays, kernel_array, view_of
+from .gat import dropout_draw, dropped, pattern_of
 
 
 def _opt(t: Optional[Tensor]) -> Optional[Tensor]:
@@ -87,3 +91,52 @@ def gatv2(view: CSRView, xl: Tensor, xr: Tensor, att: Tensor, et: Optional[Tenso
     """(out, alpha) of GATv2 attention on view's pattern (see _backends.gatv2),
     differentiable once in xl, xr, att, et and b (through both outputs)."""
     return _gatv2(view.ptr, view.col, list(view.shape), xl, xr, att, et, b, seed, drop, scale, slope)
+
+
+def run_gatv2(spec: SparseSpec, adjacency, x_src: Tensor, x_dst: Tensor, att: Tensor, negative_slope: float,
+              dropout: float, training: bool, return_attention: bool, edge_term: Optional[Tensor],
+              edge_score: Optional[Tensor]):
+    """graph_attention_v2 against spec."""
+    check_sparse(spec, adjacency)
+    _check_features(adjacency, x_src, x_dst, att, dropout, edge_term, edge_score)
+    seed, drop, scale = dropout_draw(dropout if training else 0.0, x_src.device)
+    view = pattern_of(adjacency)
+    nnz, (H, C) = view.col.shape[0], att.shape
+    for name, t, want in (("edge_term", edge_term, (nnz, H, C)), ("edge_score", edge_score, (nnz, H))):
+        if t is not None and tuple(t.shape) != want:
+            raise ValueError(f"graph_attention_v2: {name} must be {want} (one row per stored entry), got "
+                             f"{tuple(t.shape)}")
+    out, alpha = gatv2(view, x_src, x_dst, att, edge_term, edge_score, seed, drop, scale, float(negative_slope))
+    return (out, dropped(alpha, seed, drop, scale)) if return_attention else out
+
+
+
+def _check_features(A, xl, xr, att, dropout, et, b) -> None:
+    """What the spec leaves to the op: the rows, att and the edge terms against the
+    adjacency, and dropout."""
+    name = "graph_attention_v2"
+    for arg, t in (("x_src", xl), ("x_dst", xr), ("att", att)):
+        if not isinstance(t, Tensor):
+            raise ValueError(f"{name}: {arg} must be a tensor, got {type(t).__name__}")
+    for arg, t in (("edge_term", et), ("edge_score", b)):
+        if t is not None and not isinstance(t, Tensor):
+            raise ValueError(f"{name}: {arg} must be a tensor or None, got {type(t).__name__}")
+    if xl.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{name} supports {dtype_names(SUPPORTED_DTYPES)} features, got {xl.dtype}")
+    for arg, t in (("x_dst", xr), ("att", att), ("edge_term", et), ("edge_score", b)):
+        if t is not None and t.dtype != xl.dtype:
+            raise TypeError(f"{name}: {arg} must have x_src's dtype {xl.dtype}, got {t.dtype}")
+    n, m = A.shape
+    if xl.dim() != 3 or xl.shape[0] != m:
+        raise ValueError(f"{name}: x_src must be (m, heads, features) with m = {m} (the adjacency's columns), got "
+                         f"shape {tuple(xl.shape)}")
+    H, C = xl.shape[1:]
+    if tuple(xr.shape) != (n, H, C):
+        raise ValueError(f"{name}: x_dst must be ({n}, {H}, {C}) (the adjacency's rows, x_src's heads and "
+                         f"features), got {tuple(xr.shape)}")
+    if tuple(att.shape) != (H, C):
+        raise ValueError(f"{name}: att must be ({H}, {C}) (heads, features), got {tuple(att.shape)}")
+    if any(t is not None and t.device != xl.device for t in (xr, att, et, b)) or A.device != xl.device:
+        raise ValueError(f"{name}: the adjacency, x_src, x_dst, att, edge_term and edge_score must be on one device")
+    if not 0.0 <= dropout <= 1.0:
+        raise ValueError(f"{name}: dropout must be in [0, 1], got {dropout}")

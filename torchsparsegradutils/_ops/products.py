@@ -20,9 +20,10 @@ from .._core.intake import as_csr, values_of
 from .._core.sparse_csr import SparseCSR
 from .._core.saved import load_operand, save_operand
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import check_dense_a, check_mm, eager_only, records_graph
+from .._core.validate import ProductSpec, check_dense_a, check_product, check_reduce, eager_only, records_graph
 from .._core.view import CSRView, check_arrays, op_args, view_of
 from .arg import sddmm_arg, spmm_arg, spmm_t_arg
+from .spgemm import sparse_sparse_mm
 
 
 @torch.library.custom_op("tsgu::spmm", mutates_args=())
@@ -121,28 +122,50 @@ def spmm_reduce(view: CSRView, a: Tensor, X: Tensor, reduce: str) -> Tensor:
     return spmm_arg(view, a, X, reduce == "amin")[0]
 
 
-# ---------------------------------------------------------------- sparse_mm of a torch tensor A
+# ---------------------------------------------------------------- sparse_mm
+_is_compiling = torch.compiler.is_compiling     # one global read on the hot path, not three
+
+
+def run_mm(spec: ProductSpec, A, B, reduce: str):
+    """sparse_mm of A and B against spec: a SparseCSR A with a dense B through the custom
+    ops where a graph is recorded or traced, else straight to the route; with a sparse B
+    sparse_sparse_mm; a torch tensor A tensor_mm."""
+    if reduce != "sum":
+        reduce = check_reduce(reduce, B)
+    sparse_b = isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided)
+    if isinstance(A, SparseCSR) and not sparse_b:
+        shape = check_product(spec, A, B)
+        values = A.values
+        if _is_compiling() or records_graph(values, B):
+            return spmm_reduce(A.view(), values, B, reduce)
+        # what the custom operator runs, without its dispatch (nothing to trace or record)
+        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce)
+    if sparse_b and not (isinstance(A, torch.Tensor) and A.layout is torch.strided):   # dense @ sparse: tensor_mm
+        return sparse_sparse_mm(spec, A, B)
+    return tensor_mm(spec, A, B, reduce)
+
+
 @eager_only
-def tensor_mm(A: torch.Tensor, B, reduce: str) -> torch.Tensor:
+def tensor_mm(spec: ProductSpec, A: torch.Tensor, B, reduce: str) -> torch.Tensor:
     """sparse_mm of a torch tensor A: sparse (COO or CSR) with a dense B, through
     SparseMatMul where a graph is recorded, else straight to the route; or dense, as
     torch.sparse.mm takes it (_dense_a_mm)."""
     if isinstance(A, torch.Tensor) and A.layout is torch.strided:
-        return _dense_a_mm(A, B, reduce)
-    shape = check_mm(A, B)
+        return _dense_a_mm(spec, A, B, reduce)
+    shape = check_product(spec, A, B)
     if records_graph(A, B):
         return SparseMatMul.apply(A, B, reduce)
     return _backends.spmm_tensor(A, B, shape, reduce)    # what the Function's forward does, without a graph
 
 
-def _dense_a_mm(X: torch.Tensor, B, reduce: str) -> torch.Tensor:
+def _dense_a_mm(spec: ProductSpec, X: torch.Tensor, B, reduce: str) -> torch.Tensor:
     """A dense X times B: with a dense B their product (torch.matmul); with a sparse B
     (COO, CSR or SparseCSR) C = (B^T X^T)^T on B's pattern, so that B's gradient is
     sparse, at B's stored entries (X^T G there), as torch.sparse.mm's is."""
     if reduce != "sum":
         raise ValueError(f"reduce={reduce!r} needs a sparse A: with a dense A, sparse_mm takes reduce='sum' "
                          "only (as torch.sparse.mm does)")
-    check_dense_a(X, B)
+    check_dense_a(spec, X, B)
     if isinstance(B, SparseCSR):
         return spmm_t(B.view(), B.values, X.mT).mT.contiguous()     # row-major, as torch.sparse.mm's
     if B.layout is torch.strided:
@@ -180,7 +203,7 @@ class DenseSparseMatMul(torch.autograd.Function):
 
 
 class SparseMatMul(torch.autograd.Function):
-    """The autograd Function behind :func:`sparse_mm` (validate with sparse_mm first):
+    """The autograd Function behind :func:`sparse_mm` (validate with run_mm first):
     A @ B with reduce "sum" (the default), "mean", "amax" or "amin"."""
 
     @staticmethod

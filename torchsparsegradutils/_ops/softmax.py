@@ -12,6 +12,10 @@ Each one's backward is made of the others:
               dy = u * (g - S(g y)) - g * S(u y);  log: dg = u - S(u exp(y)),
               dy = -u * exp(y) * S(g)
     softmax_gsum: dx = softmax_gsum(u)
+
+run_softmax is sparse_softmax and sparse_log_softmax: a SparseCSR through these ops,
+which torch.compile traces; a torch sparse tensor through the autograd Function
+SparseSoftmax, run eagerly.
 """
 from typing import List
 
@@ -19,6 +23,11 @@ import torch
 from torch import Tensor
 
 from .. import _backends
+from .._core.intake import as_csr
+from .._core.saved import load_operand, save_operand
+from .._core.sparse_csr import SparseCSR
+from .._core.undefined_grad import none_for_undefined
+from .._core.validate import SparseSpec, check_sparse, constant_dim, eager_only, refuse_create_graph
 from .._core.view import CSRView, check_arrays, view_of
 
 
@@ -116,3 +125,61 @@ def softmax(view: CSRView, a: Tensor, by_rows: bool, log: bool) -> Tensor:
     """Softmax (log-softmax with log) of S(a) over each row's (by_rows) or column's stored
     values, one per entry, differentiable in a to any order."""
     return _softmax(view.ptr, view.col, list(view.shape), a, by_rows, log)
+
+
+class DimensionError(IndexError, ValueError):
+    """A ``dim`` out of range: an IndexError as for torch.softmax, and a ValueError."""
+
+
+def run_softmax(spec: SparseSpec, A, dim, log: bool):
+    """sparse_softmax (sparse_log_softmax with log) of A against its spec."""
+    check_sparse(spec, A)
+    by_rows = _by_rows(spec.name, A.dim(), dim)
+    if isinstance(A, SparseCSR):
+        return A._replace(values=softmax(A.view(), A.values, by_rows, log))
+    return _softmax_eager(A, by_rows, log)
+
+
+def _by_rows(name: str, ndim: int, dim) -> bool:
+    """True for a softmax over rows, False over columns; dim's errors."""
+    if isinstance(dim, bool) or not isinstance(dim, (int, torch.SymInt)):
+        raise TypeError(f"{name}: dim must be an int, got {type(dim).__name__}")
+    d = constant_dim(dim, ndim, DimensionError) % ndim
+    if d == 0 and ndim == 3:
+        raise ValueError(f"{name}: cannot take the softmax over the batch dimension (0) of a batched 3-D "
+                         "sparse tensor; dim must be -1 (rows) or -2 (columns)")
+    return d == ndim - 1
+
+
+def _softmax_tensor(A: Tensor, by_rows: bool, log: bool) -> Tensor:
+    if A.layout == torch.sparse_csc:         # the CSR of its transpose, rows and columns swapped
+        return SparseSoftmax.apply(A.transpose(-2, -1), not by_rows, log).transpose(-2, -1)
+    return SparseSoftmax.apply(A, by_rows, log)
+
+
+_softmax_eager = eager_only(_softmax_tensor)   # torch sparse tensors: a graph break under torch.compile
+
+
+class SparseSoftmax(torch.autograd.Function):
+    """The eager path of a torch sparse COO/CSR (b, n, m) or (n, m) input: _backends.softmax
+    of its CSR view, returned on its pattern; the backward reads the output alone (an
+    in-place edit of A's values after the forward cannot change it).  Differentiable
+    once: the custom ops of a SparseCSR give second derivatives."""
+
+    @staticmethod
+    def forward(ctx, A, by_rows, log):
+        ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
+        view = as_csr(A.detach(), compress_rows=True)
+        y = _backends.softmax(view, by_rows, log)
+        if ctx.needs_input_grad[0]:
+            save_operand(ctx, A, view, False, y)
+            ctx.by_rows, ctx.log = by_rows, log
+        return view.grad_like(y)
+
+    @staticmethod
+    @none_for_undefined
+    def backward(ctx, G):
+        refuse_create_graph("sparse_softmax / sparse_log_softmax")
+        view, _, (y,) = load_operand(ctx)
+        g = view.values_at(G).reshape(y.shape)
+        return view.grad_like(_backends.softmax_grad(view, y, g, ctx.by_rows, ctx.log)), None, None

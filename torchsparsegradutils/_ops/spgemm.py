@@ -20,7 +20,7 @@ from .._core.saved import load_operands, save_operands
 from .._core.sparse_csr import SparseCSR
 from .._core.torch_sparse import coo_tensor, csr_tensor
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import check_sparse_operands, eager_only, error, refuse_create_graph
+from .._core.validate import ProductSpec, check_sparse_operands, eager_only, error, refuse_create_graph
 from .._core.view import CSRView, check_arrays, coo_from_values, csr_from_values, view_of
 
 
@@ -84,11 +84,11 @@ def spgemm(A: CSRView, a: Tensor, B: CSRView, b: Tensor) -> Tuple[Tensor, Tensor
 
 
 # ---------------------------------------------------------------- sparse_mm with a sparse B
-def sparse_sparse_mm(A, B):
-    """sparse_mm with a sparse B: two torch sparse tensors through SparseSparseMatMul
+def sparse_sparse_mm(spec: ProductSpec, A, B):
+    """sparse_mm with a sparse B, checked against spec: two torch sparse tensors through SparseSparseMatMul
     (eager); a SparseCSR on either side through the custom op (what compile traces),
     the other operand taken as its components."""
-    a_shape, b_shape = check_sparse_operands(A, B, "sparse_mm")
+    a_shape, b_shape = check_sparse_operands(spec, A, B)
     shape = torch.Size([*a_shape[:-1], b_shape[-1]])
     if isinstance(A, SparseCSR) or isinstance(B, SparseCSR):
         (a, a_values), (b, b_values) = _components(A), _components(B)

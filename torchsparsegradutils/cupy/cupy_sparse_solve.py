@@ -3,7 +3,7 @@
 The solve and the adjoint solve run in SciPy/CuPy on A converted once (memory
 shared with A on CPU); the default factorizes A once (SuperLU) and reuses the
 factors for the adjoint solve.  The gradient w.r.t. A is ``-grad_B X^T`` at A's
-stored positions by our SDDMM kernel (sparse_solve.bridge_solve), never an
+stored positions by our SDDMM kernel (_ops/solve.py: bridge_solve), never an
 nnz x k or n x n temporary.
 """
 import inspect
@@ -12,7 +12,7 @@ from typing import Any, Callable, Union
 
 import torch
 
-from ..sparse_solve import bridge_solve
+from .._ops.solve import bridge_solve
 from ..utils._operator import ConvergenceWarning
 from . import cupy_bindings as cb
 

@@ -2,7 +2,7 @@
 
 The solve and the adjoint solve run in JAX on A converted once through DLPack;
 the gradient w.r.t. A is ``-grad_B X^T`` at A's stored positions by our SDDMM
-kernel (sparse_solve.bridge_solve), never an nnz x k or n x n temporary.
+kernel (_ops/solve.py: bridge_solve), never an nnz x k or n x n temporary.
 JAX's own solvers are compiled once per (solver, keyword arguments) and reused
 for every call with the same shapes: run eagerly they re-trace their loop on
 every call (about 1 s for a 10 x 10 system on CPU, against 0.1 ms compiled).
@@ -14,7 +14,7 @@ import jax
 import jax.scipy.sparse.linalg
 import torch
 
-from ..sparse_solve import bridge_solve
+from .._ops.solve import bridge_solve
 from .jax_bindings import j2t, t2j, t2j_coo, t2j_csr
 
 JaxSolver = Callable[..., Any]
