@@ -121,28 +121,12 @@ static int arity(Py_ssize_t nargs, const char *args)
     return -1;
 }
 
-/* an integer argument, as PyArg_ParseTuple's L, and i with is_int; -1 with an exception */
-static int integer(PyObject *o, long long *v, int is_int)
+/* *a <- o, the argument k, by its letter (glue.h) with the errors of PyArg_ParseTuple's
+ * format units; a tensor taken into c as **name, and *name moved on to the next
+ * tensor's; -1 with an exception */
+static int convert(call *c, arg *a, int k, char letter, PyObject *o, const char *const **name)
 {
-    if (PyFloat_Check(o)) {
-        PyErr_SetString(PyExc_TypeError, "integer argument expected, got float");
-        return -1;
-    }
-    *v = PyLong_AsLongLong(o);
-    if (*v == -1 && PyErr_Occurred()) return -1;
-    if (is_int && (*v > INT_MAX || *v < INT_MIN)) {
-        PyErr_SetString(PyExc_OverflowError, *v > 0 ? "signed integer is greater than maximum"
-                                                    : "signed integer is less than minimum");
-        return -1;
-    }
-    return 0;
-}
-
-/* *a <- o by its letter (glue.h); a tensor taken into c as **name, and *name moved on to
- * the next tensor's; -1 with an exception */
-static int convert(call *c, arg *a, char letter, PyObject *o, const char *const **name)
-{
-    long long v;
+    long v;
     switch (letter) {
     case 'n':
         if (o == Py_None) {
@@ -155,14 +139,27 @@ static int convert(call *c, arg *a, char letter, PyObject *o, const char *const 
         a->t = &c->t[c->count - 1];
         return 0;
     case 'L':
-        return integer(o, &a->L, 0);
+        a->L = PyLong_AsLongLong(o);
+        return a->L == -1 && PyErr_Occurred() ? -1 : 0;
     case 'i':
-        if (integer(o, &v, 1)) return -1;
+        v = PyLong_AsLong(o);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v > INT_MAX || v < INT_MIN) {
+            PyErr_SetString(PyExc_OverflowError, v > 0 ? "signed integer is greater than maximum"
+                                                       : "signed integer is less than minimum");
+            return -1;
+        }
         a->i = (int)v;
         return 0;
     case 'p':
         return (a->i = PyObject_IsTrue(o)) < 0 ? -1 : 0;
     case 'K':
+        if (!PyLong_Check(o)) {
+            PyObject *type = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
+            if (type) PyErr_Format(PyExc_TypeError, "argument %d must be int, not %U", k + 1, type);
+            Py_XDECREF(type);
+            return -1;
+        }
         a->K = PyLong_AsUnsignedLongLongMask(o);
         return a->K == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
     default: /* 'd' */
@@ -181,9 +178,9 @@ PyObject *thunk(const entry *e, PyObject *args)
     if (nargs < 0 || arity(nargs, e->args)) return NULL;
     const char *letter = e->args;
     const char *const *name = e->tensors;
-    for (Py_ssize_t k = 0; k < nargs; k++, letter++) {
+    for (int k = 0; k < nargs; k++, letter++) {
         if (*letter == '|') letter++;
-        if (convert(&f.c, &f.a[k], *letter, PyTuple_GetItem(args, k), &name)) return finish(&f.c, -1);
+        if (convert(&f.c, &f.a[k], k, *letter, PyTuple_GetItem(args, k), &name)) return finish(&f.c, -1);
     }
     if (e->check(&f)) return finish(&f.c, -1);
     int status;
