@@ -13,7 +13,7 @@ allocates like a training step, with CPU time and page faults per call (``--timi
 or ``in-process`` for one of them; the published release only in a fresh worker).
 Square n x n patterns of benchmarks/_matrices.py, 8 entries per row on average:
 uniform random columns, and power-law row degrees (a few hub rows of 10^4 entries,
-rows shuffled); values N(0, 1), float32, p = 16 and 64; forward, and forward +
+rows shuffled); values N(0, 1), float32, p = 16, 32 and 64; forward, and forward +
 backward (gradients of A's values and of B).  Methods: ours on a leaf CSR tensor,
 ``torch.sparse.mm(A, B, reduce)`` on the same tensor (PyTorch's reduce: 2D CSR on
 the CPU only), and the scatter formulation on the values and index arrays
@@ -37,7 +37,7 @@ def _case(graph, n, p, reduce, per_row=8):
 
 
 GRIDS = {
-    "full": [_case(g, 100_000, p, r) for g in ("uniform", "powerlaw") for p in (16, 64) for r in ("mean", "amax")],
+    "full": [_case(g, 100_000, p, r) for g in ("uniform", "powerlaw") for p in (16, 32, 64) for r in ("mean", "amax")],
     "quick": [_case(g, 20_000, 16, r) for g in ("uniform", "powerlaw") for r in ("mean", "amax")],
     "smoke": [_case(g, 256, 4, r) for g in ("uniform", "powerlaw") for r in ("mean", "amax")],
 }

@@ -119,7 +119,8 @@ int take_row_ptr(call *c, PyObject *optr, int64_t R);
  * thunk() parses the arguments by their letters into a frame, taking the tensors, then
  * runs check with the GIL (validate, build the views in the frame) and kernel without it
  * (call the kernel on them), and leaves through finish().  The few that do not fit (a
- * workspace, a status mapped after the kernel) are hand-written, in the same tables. */
+ * workspace, a status mapped after the kernel, a Python call between two kernels) are
+ * written out, in the same tables. */
 #define MAX_ARGS 24       /* the most letters of an entry (gatv2_grad has 22) */
 
 /* one argument, as its letter in entry.args says: t a tensor, n a tensor or None (.t,
@@ -149,11 +150,6 @@ typedef struct {
             tsgu_krylov_opts opts;
             tsgu_krylov_info info;
         } krylov;
-        struct spgemm_out {   /* spgemm's output arrays (glue_spgemm.c) */
-            int64_t *col, *row, *item;
-            int32_t *col_32;
-            int64_t nnz;
-        } spgemm;
     } u;
 } frame;
 

@@ -1,5 +1,5 @@
 /* glue_spgemm.c: the entry points of sparse_mm's sparse @ sparse kernels
- * (spgemm_count.c, spgemm.c, spgemm_grad_a.c, spgemm_grad_b.c).  Every batch item
+ * (spgemm.c, spgemm_grad.c).  Every batch item
  * is A[k] n x l times B[k] l x m; the sparse operands share one index type. */
 #include "glue.h"
 
@@ -34,60 +34,86 @@ static int take_grad(const arg *g, int has_col, const tsgu_csr *A, int64_t batch
     return make_dense(g[0].t, batch, n, m, A->rtype, Gd);
 }
 
-/* ---- spgemm_count(Aptr, Acol, Bptr, Bcol, batch, n, l, m, Cptr, nthreads) ----
- * Cptr (batch*n+1, int64): the row pointers of the pattern of A @ B. */
-static int spgemm_count_check(frame *f)
+/* ---- spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, Cptr, alloc, nthreads) ----
+ * A @ B, computed once (spgemm.c); then alloc(nnz) gives its outputs (Cidx, Cval), which
+ * come back filled, with the row pointers Cptr (batch*n+1, int64): Cidx is the columns
+ * (nnz,) int64 or (for m < 2^31) int32, or a COO index array (2 or 3, nnz) int64 whose
+ * last row gets the columns and the rows before it each entry's row (and batch item). */
+static int write_product(call *c, const tsgu_spgemm_work *work, PyObject *out, int64_t nnzC, tsgu_real rtype,
+                         long long m)
 {
-    const arg *a = f->a;
-    long long batch = a[4].L, n = a[5].L, l = a[6].L, m = a[7].L;
-    return make_csr(a[0].t, a[1].t, NULL, batch, n, l, &f->A, 1) ||
-           make_csr(a[2].t, a[3].t, NULL, batch, l, m, &f->B, 1) || same_index(&f->A, &f->B, "B") ||
-           int64_array(a[8].t, batch * n + 1);
-}
-static int spgemm_count_kernel(frame *f) { return tsgu_spgemm_count(&f->A, &f->B, data_of(f->a[8].t), f->a[9].i); }
-
-/* ---- spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, Cptr, Cidx, Cval, nthreads) ----
- * the columns and values Cval of A @ B on the pattern Cptr (spgemm_count's): Cidx is the
- * columns (nnz,) int64 or (for m < 2^31) int32, or a COO index array (2 or 3, nnz) int64
- * whose last row gets the columns and the rows before it each entry's row (and batch item). */
-static int spgemm_check(frame *f)
-{
-    const arg *a = f->a;
-    long long batch = a[6].L, n = a[7].L, l = a[8].L, m = a[9].L;
-    if (make_csr(a[0].t, a[1].t, a[2].t, batch, n, l, &f->A, 1) ||
-        make_csr(a[3].t, a[4].t, a[5].t, batch, l, m, &f->B, 1) || same_index(&f->A, &f->B, "B") ||
-        int64_array(a[10].t, batch * n + 1))
+    const held *h = c->t;
+    PyObject *o[2];
+    const char *names[2] = {"out indices", "out values"};
+    if (!PyTuple_Check(out) || PyTuple_Size(out) != 2) {
+        PyErr_SetString(PyExc_TypeError, "alloc must return (indices, values)");
         return -1;
-    const DLTensor *I = dl(a[11].t), *V = dl(a[12].t);
+    }
+    o[0] = PyTuple_GetItem(out, 0);
+    o[1] = PyTuple_GetItem(out, 1);
+    if (take_all(c, o, names, 2)) return -1;
+    const DLTensor *I = dl(&h[7]), *V = dl(&h[8]);
     int rows = I->ndim == 2 ? (int)I->shape[0] : 1;
     int col32 = I->ndim == 1 && I->dtype.bits == 32 && m < INT32_MAX;
     if (!(I->ndim == 1 || (I->ndim == 2 && (rows == 2 || rows == 3))) || I->dtype.code != kDLInt ||
-        (I->dtype.bits != 64 && !col32) || I->dtype.lanes != 1) {
+        (I->dtype.bits != 64 && !col32) || I->dtype.lanes != 1 || I->shape[I->ndim - 1] != nnzC) {
         PyErr_SetString(PyExc_ValueError, "out indices must be int64 of shape (nnz,), (2, nnz) or (3, nnz), "
                                           "or int32 of shape (nnz,) where the columns fit");
         return -1;
     }
-    int64_t nnz = I->shape[I->ndim - 1];
-    if (need_contiguous(a[11].t) || need_contiguous(a[12].t)) return -1;
-    if (real_type(a[12].t, 1) != (int)f->A.rtype || f->B.rtype != f->A.rtype || V->ndim != 1 || V->shape[0] != nnz) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_ValueError, "A, B and out values must have one dtype, and out one value per index");
+    if (need_contiguous(&h[7]) || need_contiguous(&h[8])) return -1;
+    if (real_type(&h[8], 1) != (int)rtype || V->ndim != 1 || V->shape[0] != nnzC) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "out values must have A's dtype, one per entry");
         return -1;
     }
-    int64_t *idx = col32 ? NULL : data_of(a[11].t);   /* rows of a (rows, nnz) array: (item,) row, column */
-    f->u.spgemm.col = col32 ? NULL : idx + (rows - 1) * nnz;
-    f->u.spgemm.row = rows > 1 ? idx + (rows - 2) * nnz : NULL;
-    f->u.spgemm.item = rows > 2 ? idx : NULL;
-    f->u.spgemm.col_32 = col32 ? data_of(a[11].t) : NULL;
-    f->u.spgemm.nnz = nnz;
-    return 0;
+    int64_t *idx = col32 ? NULL : data_of(&h[7]);   /* rows of a (rows, nnz) array: (item,) row, column */
+    int64_t *col = col32 ? NULL : idx + (rows - 1) * nnzC, *row = rows > 1 ? idx + (rows - 2) * nnzC : NULL;
+    int64_t *item = rows > 2 ? idx : NULL;
+    int32_t *col_32 = col32 ? data_of(&h[7]) : NULL;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_spgemm_write(work, data_of(&h[6]), col, col_32, row, item, data_of(&h[8]));
+    Py_END_ALLOW_THREADS
+    return status;
 }
-static int spgemm_kernel(frame *f)
+
+static PyObject *py_spgemm(PyObject *self, PyObject *args)
 {
-    const arg *a = f->a;
-    const struct spgemm_out *s = &f->u.spgemm;
-    return tsgu_spgemm(&f->A, &f->B, data_of(a[10].t), s->col, s->col_32, s->row, s->item, data_of(a[12].t), s->nnz,
-                       a[13].i);
+    (void)self;
+    PyObject *o[7], *alloc, *out = NULL;
+    long long batch, n, l, m;
+    int nthreads, status;
+    int64_t nnzC = 0;
+    call c = {0};
+    tsgu_csr A, B;
+    tsgu_spgemm_work *work = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOOOLLLLOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &batch, &n, &l, &m,
+                          &o[6], &alloc, &nthreads))
+        return NULL;
+    const char *names[7] = {"A's crow_indices", "A's col_indices", "A's values", "B's crow_indices",
+                            "B's col_indices", "B's values", "out crow_indices"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 7) || make_csr(&h[0], &h[1], &h[2], batch, n, l, &A, 1) ||
+        make_csr(&h[3], &h[4], &h[5], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
+        int64_array(&h[6], batch * n + 1))
+        return finish(&c, -1);
+    if (B.rtype != A.rtype) {
+        PyErr_SetString(PyExc_TypeError, "A and B must have one dtype");
+        return finish(&c, -1);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_spgemm(&A, &B, &work, &nnzC, nthreads);
+    Py_END_ALLOW_THREADS
+    if (status == TSGU_OK) status = (out = PyObject_CallFunction(alloc, "L", (long long)nnzC)) ? 0 : -1;
+    if (status == TSGU_OK) status = write_product(&c, work, out, nnzC, A.rtype, m);
+    tsgu_spgemm_done(work);
+    PyObject *none = finish(&c, status);   /* None, or NULL with the exception */
+    if (!none) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    Py_DECREF(none);
+    return out;
 }
 
 /* ---- spgemm_grad(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, gA, gB, nthreads) ----
@@ -124,19 +150,13 @@ static int spgemm_grad_kernel(frame *f)
                             data_or_null(a[14].t), a[15].i);
 }
 
-#define A_NAMES "A's crow_indices", "A's col_indices", "A's values"
-#define B_NAMES "B's crow_indices", "B's col_indices", "B's values"
-ENTRY(spgemm_count, "ttttLLLLti", spgemm_count_check, spgemm_count_kernel, NULL, "A's crow_indices",
-      "A's col_indices", "B's crow_indices", "B's col_indices", "out")
-ENTRY(spgemm, "ttttttLLLLttti", spgemm_check, spgemm_kernel, NULL, A_NAMES, B_NAMES, "out crow_indices",
-      "out indices", "out values")
-ENTRY(spgemm_grad, "ttttttLLLLtnnnni", spgemm_grad_check, spgemm_grad_kernel, NULL, A_NAMES, B_NAMES, "grad",
+ENTRY(spgemm_grad, "ttttttLLLLtnnnni", spgemm_grad_check, spgemm_grad_kernel, NULL, "A's crow_indices",
+      "A's col_indices", "A's values", "B's crow_indices", "B's col_indices", "B's values", "grad",
       "grad's col_indices", "grad's values", "grad_A", "grad_B")
 
 PyMethodDef glue_spgemm[] = {
-    METHOD(spgemm_count, "spgemm_count(Aptr, Acol, Bptr, Bcol, batch, n, l, m, out_crow, nthreads)"),
-    METHOD(spgemm, "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, out_col, out_values, "
-                   "nthreads)"),
+    {"spgemm", py_spgemm, METH_VARARGS,
+     "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, alloc, nthreads) -> alloc(nnz)"},
     METHOD(spgemm_grad, "spgemm_grad(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, grad_A, "
                         "grad_B, nthreads)"),
     {NULL, NULL, 0, NULL}};

@@ -226,8 +226,6 @@ static const struct {
                            "the offset of an entry in its row"},
     [TSGU_EROW_LONG] = {"EROW_LONG", "reduce='amax'/'amin' takes rows of fewer than 2^31 entries "
                                      "(their arg indices are int32)"},
-    [TSGU_EPRODUCT] = {"EPRODUCT", "malformed sparse product: its row pointers do not give each row "
-                                   "the number of columns that A @ B has there"},
 };
 #define N_STATUS ((int)(sizeof status_table / sizeof status_table[0]))
 

@@ -36,8 +36,7 @@ enum {
     TSGU_EDIAG_UNIT = 10, /* triangular solve: unitriangular, yet a diagonal entry is stored */
     TSGU_EGROUP = 11,     /* grouped rows: a group index, offset or row out of range */
     TSGU_EARG = 12,       /* amax/amin: an arg index names no entry of its row */
-    TSGU_EROW_LONG = 13,  /* amax/amin: a row holds 2^31 entries or more (arg indices are int32) */
-    TSGU_EPRODUCT = 14    /* sparse @ sparse: the product's row pointers do not fit its operands */
+    TSGU_EROW_LONG = 13   /* amax/amin: a row holds 2^31 entries or more (arg indices are int32) */
 };
 
 /* value types; the 16-bit ones (stored as uint16_t, summed in float, see
@@ -100,13 +99,18 @@ int tsgu_spmm_t_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, 
                     int nthreads);
 int tsgu_sddmm_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, const tsgu_dense *B,
                    void *out, int nthreads);
-/* sparse @ sparse, C = A·B item by item (spgemm_count.c, spgemm.c, spgemm_grad.c):
- * C's row pointers Cptr (batch*n+1) are int64, in global rows; its columns int64
- * (Ccol) or int32 (Ccol32, the other NULL); G, the upstream gradient of C, is a CSR
- * view or (G NULL) dense Gd; gA / gB NULL when not wanted */
-int tsgu_spgemm_count(const tsgu_csr *A, const tsgu_csr *B, int64_t *Cptr, int nthreads);
-int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, const int64_t *Cptr, int64_t *Ccol, int32_t *Ccol32,
-                int64_t *Crow, int64_t *Citem, void *Cval, int64_t nnzC, int nthreads);
+/* sparse @ sparse, C = A·B item by item (spgemm.c, spgemm_grad.c): tsgu_spgemm computes
+ * C into a workspace (*work, to be given back with tsgu_spgemm_done whatever the status)
+ * and gives its size nnzC; tsgu_spgemm_write copies it into the caller's arrays of that
+ * size: row pointers Cptr (batch*n+1, int64, global rows), columns int64 (Ccol) or int32
+ * (Ccol32, the other NULL), values, and where not NULL each entry's row and item.
+ * G, the upstream gradient of C, is a CSR view or (G NULL) dense Gd; gA / gB NULL when
+ * not wanted */
+typedef struct tsgu_spgemm_work tsgu_spgemm_work;
+int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, tsgu_spgemm_work **work, int64_t *nnzC, int nthreads);
+int tsgu_spgemm_write(const tsgu_spgemm_work *work, int64_t *Cptr, int64_t *Ccol, int32_t *Ccol32, int64_t *Crow,
+                      int64_t *Citem, void *Cval);
+void tsgu_spgemm_done(tsgu_spgemm_work *work);
 int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, const tsgu_dense *Gd, void *gA,
                      void *gB, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);

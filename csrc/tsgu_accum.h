@@ -1,5 +1,5 @@
-/* tsgu_accum.h: the row accumulators of the sparse @ sparse kernels (spgemm_count.c,
- * spgemm.c, spgemm_grad_a.c): a set of column indices of one row, each with a sum.
+/* tsgu_accum.h: the row accumulators of the sparse @ sparse kernels (spgemm.c,
+ * spgemm_grad.c): a set of column indices of one row, each with a sum.
  *
  * tsgu_accum, a table of T slots, each an int64 key (-1: empty) and a sum.  For a row
  * that will hold at most `want` columns of m, T is the power of two >= 2*want (at
@@ -25,7 +25,7 @@
 
 typedef struct {
     int64_t *key;   /* T keys, -1 where empty */
-    void *sum;      /* T sums of sum_size bytes each, or NULL for a set of keys alone */
+    void *sum;      /* T sums of sum_size bytes each */
     int64_t T;      /* slots in use for the current row */
     int64_t cap;    /* slots allocated */
     int shift;      /* hashed mode: 64 - log2(T); 0 in direct mode (slot = column) */
@@ -60,9 +60,9 @@ static inline int tsgu_accum_reset(tsgu_accum *a, int64_t want, int64_t m)
         free(a->key);
         free(a->sum);
         a->key = malloc((size_t)T * sizeof *a->key);
-        a->sum = a->sum_size ? malloc((size_t)T * a->sum_size) : NULL;
+        a->sum = malloc((size_t)T * a->sum_size);
         a->cap = T;
-        if (!a->key || (a->sum_size && !a->sum)) return TSGU_ENOMEM;   /* tsgu_accum_free frees the rest */
+        if (!a->key || !a->sum) return TSGU_ENOMEM;   /* tsgu_accum_free frees the rest */
     }
     a->T = T;
     memset(a->key, 0xff, (size_t)T * sizeof *a->key);   /* every key -1 */

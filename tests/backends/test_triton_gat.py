@@ -3,16 +3,18 @@ tensors under Triton's interpreter, against the C route: outputs, attention weig
 the gradients w.r.t. x, score_src and score_dst (through out and alpha), one head and
 several, with an empty row, a hub row and a hub source longer than a block of entries;
 dropout with the same mask for the same seed (the C kernels' counter hash); large
-scores; an additive edge_score per entry (and its gradient); a GATConv training step
-(with edge features too).  Skipped without triton; `pytest -k triton`."""
+scores; an additive edge_score per entry (and its gradient); a GATConv training step;
+GATConv and GATv2Conv with edge features and repeated edges.  Skipped without triton;
+`pytest -k triton`."""
 import pytest
 import torch
+from support.gat import hub_mask, repeated_graph
 from support.operands import seeded
-from support.routes import both_routes
+from support.routes import assert_routes_agree, both_routes, layer_on_both_routes
 
 import torchsparsegradutils as tsgu
 from torchsparsegradutils import _backends
-from torchsparsegradutils.nn import GATConv
+from torchsparsegradutils.nn import GATConv, GATv2Conv
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -20,11 +22,8 @@ TOL = {torch.float32: dict(rtol=1e-5, atol=1e-6), torch.float64: dict(rtol=1e-12
 
 
 def _case(n, m, H, F, dtype, gen, spread=1.0):
-    """Adjacency (n, m) CSR: row 0 empty, row 1 full (a hub row), column 0 in every row
-    but the first (a hub source), the rest about 30% full; x, s, d."""
-    keep = torch.rand(n, m, generator=gen) < 0.3
-    keep[:, 0], keep[0], keep[1] = True, False, True
-    A = keep.to(dtype).to_sparse_csr()
+    """Adjacency (n, m) CSR of hub_mask; x, s, d."""
+    A = hub_mask(n, m, gen).to(dtype).to_sparse_csr()
     x = torch.randn(m, H, F, generator=gen, dtype=dtype)
     s = torch.randn(m, H, generator=gen, dtype=dtype) * spread
     d = torch.randn(n, H, generator=gen, dtype=dtype) * spread
@@ -44,8 +43,7 @@ def _run(route, A, x, s, d, dropout=0.0, e=None):
 def test_triton_gat_matches_c(triton_route, dtype, H, F, dropout):
     gen = seeded("triton_gat", str(dtype), H, F, dropout)
     c, t = _run(triton_route, *_case(20, 24, H, F, dtype, gen), dropout=dropout)
-    for a, b in zip(c, t):
-        torch.testing.assert_close(b, a, **TOL[dtype])
+    assert_routes_agree((c, t), **TOL[dtype])
 
 
 @pytest.mark.parametrize("dtype,H,F,dropout", [(torch.float64, 3, 5, 0.0), (torch.float64, 2, 3, 0.4),
@@ -58,8 +56,7 @@ def test_triton_gat_edge_score_matches_c(triton_route, dtype, H, F, dropout):
     e = torch.randn(A._nnz(), H, generator=gen, dtype=dtype) * 2
     c, t = _run(triton_route, A, x, s, d, dropout=dropout, e=e)
     assert len(t) == 6                     # out, alpha, and the 4 gradients
-    for a, b in zip(c, t):
-        torch.testing.assert_close(b, a, **TOL[dtype])
+    assert_routes_agree((c, t), **TOL[dtype])
 
 
 def test_triton_gat_dropout_mask_is_the_c_kernels(triton_route):
@@ -80,8 +77,7 @@ def test_triton_gat_large_scores(triton_route):
     gen = seeded("triton_gat_large")
     c, t = _run(triton_route, *_case(10, 20, 2, 3, torch.float64, gen, spread=300.0))
     assert all(bool(v.isfinite().all()) for v in t)
-    for a, b in zip(c, t):
-        torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-10)
+    assert_routes_agree((c, t), rtol=1e-10, atol=1e-10)
 
 
 def test_triton_gatconv_step(triton_route):
@@ -89,35 +85,16 @@ def test_triton_gatconv_step(triton_route):
     gen = seeded("triton_gatconv")
     A, _, _, _ = _case(16, 16, 1, 1, torch.float64, gen)
     feats = torch.randn(16, 6, generator=gen, dtype=torch.float64)
-    results = []
-    for on in (False, True):
-        triton_route(on)
-        torch.manual_seed(3)
-        layer = GATConv(6, 4, heads=2, dropout=0.3).double()
-        torch.manual_seed(4)
-        out = layer(feats, A)
-        out.square().sum().backward()
-        results.append([out.detach()] + [p.grad for p in layer.parameters()])
-    for a, b in zip(*results):
-        torch.testing.assert_close(b, a, **TOL[torch.float64])
+    results = layer_on_both_routes(triton_route, lambda: GATConv(6, 4, heads=2, dropout=0.3).double(), feats, A)
+    assert_routes_agree(results, **TOL[torch.float64])
 
 
-def test_triton_gatconv_edge_features_and_repeats(triton_route):
-    """GATConv with edge features, repeated edges (their copies folded into the edge score)
+@pytest.mark.parametrize("conv,kw,rtol", [(GATConv, {}, 1e-12), (GATv2Conv, {"dropout": 0.2}, 1e-11)],
+                         ids=["GATConv", "GATv2Conv"])
+def test_triton_gatconv_edge_features_and_repeats(triton_route, conv, kw, rtol):
+    """A layer with edge features, repeated edges (their copies folded into the edge score)
     and self loops: the output and every parameter's gradient on both routes."""
-    gen = seeded("triton_gatconv_edges")
-    ei = torch.randint(0, 12, (2, 60), generator=gen)
-    ei = torch.cat([ei, ei[:, :10]], 1)                          # repeats
-    feats = torch.randn(12, 5, generator=gen, dtype=torch.float64)
-    ea = torch.randn(ei.shape[1], 3, generator=gen, dtype=torch.float64)
-    results = []
-    for on in (False, True):
-        triton_route(on)
-        torch.manual_seed(3)
-        layer = GATConv(5, 4, heads=3, edge_dim=3, residual=True).double()
-        out = layer(feats, ei, ea)
-        out.square().sum().backward()
-        results.append([out.detach()] + [p.grad for p in layer.parameters()])
-    triton_route(False)
-    for a, b in zip(*results):
-        torch.testing.assert_close(b, a, **TOL[torch.float64])
+    ei, feats, ea = repeated_graph(seeded("triton_gatconv_edges", conv.__name__))
+    results = layer_on_both_routes(triton_route,
+                                   lambda: conv(5, 4, heads=3, edge_dim=3, residual=True, **kw).double(), feats, ei, ea)
+    assert_routes_agree(results, rtol=rtol, atol=1e-12)

@@ -3,15 +3,16 @@ tensors under Triton's interpreter, against the C route: outputs, attention weig
 the gradients w.r.t. x_src, x_dst, att, edge_term and edge_score (through out and
 alpha), one head and several, with an empty row, a hub row and a hub source longer than
 a block of entries; x_dst the same tensor as x_src; dropout with the same mask for the
-same seed (the GAT kernels' counter hash); large scores; a GATv2Conv training step with
-edge features and repeated edges.  Skipped without triton; `pytest -k triton`."""
+same seed (the GAT kernels' counter hash); large scores (GATv2Conv's training step with
+edge features and repeated edges: test_triton_gat.py's, beside GATConv's).  Skipped
+without triton; `pytest -k triton`."""
 import pytest
 import torch
+from support.gat import hub_mask
 from support.operands import seeded
-from support.routes import both_routes
+from support.routes import assert_routes_agree, both_routes
 
 import torchsparsegradutils as tsgu
-from torchsparsegradutils.nn import GATv2Conv
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -19,11 +20,8 @@ TOL = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.float64: dict(rtol=1e-11
 
 
 def _case(n, m, H, C, dtype, gen, spread=1.0):
-    """Adjacency (n, m) CSR: row 0 empty, row 1 full (a hub row), column 0 in every row but
-    the first (a hub source), the rest about 30% full; x_src, x_dst, att."""
-    keep = torch.rand(n, m, generator=gen) < 0.3
-    keep[:, 0], keep[0], keep[1] = True, False, True
-    A = keep.to(dtype).to_sparse_csr()
+    """Adjacency (n, m) CSR of hub_mask; x_src, x_dst, att."""
+    A = hub_mask(n, m, gen).to(dtype).to_sparse_csr()
     xl = torch.randn(m, H, C, generator=gen, dtype=dtype) * spread
     xr = torch.randn(n, H, C, generator=gen, dtype=dtype) * spread
     att = torch.randn(H, C, generator=gen, dtype=dtype)
@@ -52,16 +50,14 @@ def test_triton_gatv2_matches_c(triton_route, dtype, H, C, dropout, edge):
     b = torch.randn(A._nnz(), H, generator=gen, dtype=dtype) if edge else None
     c, t = _run(triton_route, A, xl, xr, att, dropout, et, b)
     assert len(t) == (7 if edge else 5)        # out, alpha and the gradients
-    for a, r in zip(c, t):
-        torch.testing.assert_close(r, a, **TOL[dtype])
+    assert_routes_agree((c, t), **TOL[dtype])
 
 
 def test_triton_gatv2_one_tensor_for_both_ends(triton_route):
     gen = seeded("triton_gatv2_same")
     A, xl, _, att = _case(16, 16, 2, 3, torch.float64, gen)
     c, t = _run(triton_route, A, xl, xl, att, same=True)
-    for a, r in zip(c, t):
-        torch.testing.assert_close(r, a, **TOL[torch.float64])
+    assert_routes_agree((c, t), **TOL[torch.float64])
 
 
 def test_triton_gatv2_dropout_mask_is_the_c_kernels(triton_route):
@@ -76,27 +72,5 @@ def test_triton_gatv2_large_scores(triton_route):
     gen = seeded("triton_gatv2_large")
     c, t = _run(triton_route, *_case(10, 40, 2, 3, torch.float64, gen, spread=100.0))
     assert all(bool(v.isfinite().all()) for v in t)
-    for a, r in zip(c, t):
-        torch.testing.assert_close(r, a, rtol=1e-10, atol=1e-10)
+    assert_routes_agree((c, t), rtol=1e-10, atol=1e-10)
 
-
-def test_triton_gatv2conv_edge_features_and_repeats(triton_route):
-    """GATv2Conv with edge features, repeated edges and self loops, dropout: the output and
-    every parameter's gradient on both routes."""
-    gen = seeded("triton_gatv2conv")
-    ei = torch.randint(0, 12, (2, 60), generator=gen)
-    ei = torch.cat([ei, ei[:, :10]], 1)                          # repeats
-    feats = torch.randn(12, 5, generator=gen, dtype=torch.float64)
-    ea = torch.randn(ei.shape[1], 3, generator=gen, dtype=torch.float64)
-    results = []
-    for on in (False, True):
-        triton_route(on)
-        torch.manual_seed(3)
-        layer = GATv2Conv(5, 4, heads=3, edge_dim=3, residual=True, dropout=0.2).double()
-        torch.manual_seed(4)
-        out = layer(feats, ei, ea)
-        out.square().sum().backward()
-        results.append([out.detach()] + [p.grad for p in layer.parameters()])
-    triton_route(False)
-    for a, r in zip(*results):
-        torch.testing.assert_close(r, a, **TOL[torch.float64])

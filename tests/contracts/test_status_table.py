@@ -40,9 +40,6 @@ CASES = {
     "EARG": lambda: _C.sddmm_arg(torch.tensor([0, 1], **I64), torch.tensor([0], **I64), 1, 1, 1,
                                  torch.tensor([[1]], dtype=torch.int32), torch.ones(1, 1),
                                  torch.ones(1, 1), torch.empty(1), 1),  # offset 1 in a row of 1
-    "EPRODUCT": lambda: _C.spgemm(*(torch.tensor([0, 1, 2], **I64), torch.tensor([0, 1], **I64), torch.ones(2)) * 2,
-                                  1, 2, 2, 2, torch.tensor([0, 2, 2], **I64), torch.empty(2, **I64),
-                                  torch.empty(2), 1),               # row 0 of I @ I given two entries
 }
 # what a status raises after its message, where the kernel says where: the index out of range
 DETAIL = {"EIDX_RANGE": ": column index 5 at entry 0 is out of range for dimension 1 of size 2"}

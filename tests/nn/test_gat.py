@@ -5,73 +5,31 @@ edges counted per occurrence; edge features with every fill_value, repeated edge
 different features; bipartite inputs with and without x_target, size; residual), dropout
 under a seed and off in eval mode, the cached pattern, a SparseCSR or torch sparse
 adjacency (self loops added as PyG, attention weights as a sparse tensor), sparse
-features, errors and torch.compile(fullgraph=True) on a SparseCSR."""
+features, errors and torch.compile(fullgraph=True) on a SparseCSR.  The tests whose body
+is the same for nn.GATv2Conv (edge features, isolated nodes, dropout, sparse adjacency,
+state_dict, the common errors) run here for both layers."""
 import pytest
 import torch
 from support.checks import assert_compiles_like_eager, assert_layer_matches
+from support.gat import BIP_EDGES, EDGES, REPEATED, assert_same_as_pyg, features, pyg_pair
 from support.operands import seeded
 from support.references import dense_gat_conv
 
 from torchsparsegradutils import SparseCSR
-from torchsparsegradutils.nn import GATConv, gat_adjacency
+from torchsparsegradutils.nn import GATConv, GATv2Conv, gat_adjacency
 
-# 7 nodes: a self loop (3 -> 3), node 6 has no in-edges, node 5 no out-edges
-EDGES = torch.tensor([[0, 1, 2, 3, 4, 0, 2, 3, 1, 4, 0],
-                      [1, 2, 3, 3, 0, 4, 0, 1, 5, 5, 2]])
+CONVS = pytest.mark.parametrize("conv", [GATConv, GATv2Conv], ids=lambda c: c.__name__)
 
 
 def _grads(out, inputs, G):
     return torch.autograd.grad(out, inputs, G)
 
 
-def _pair(i, o, seed=0, **kw):
-    gnn = pytest.importorskip("torch_geometric.nn")
-    torch.manual_seed(seed)
-    theirs = gnn.GATConv(i, o, **kw).double()
-    ours = GATConv(i, o, **kw).double()
-    ours.load_state_dict(theirs.state_dict())
-    if theirs.bias is not None:
-        with torch.no_grad():                    # PyG starts the bias at zero: make it count
-            theirs.bias.normal_()
-            ours.bias.copy_(theirs.bias)
-    return ours, theirs
-
-
-def _assert_same(ours, theirs, x, *args, **kw):
-    """ours(x, *args, **kw) equals theirs in the output, the attention weights (PyG's edges
-    in PyG's order) and the gradients of x, of every float tensor in args and of every
-    parameter (float64, through the output and the weights)."""
-    inputs = [t for t in (x if isinstance(x, (tuple, list)) else (x,)) if t is not None and t.requires_grad]
-    inputs += [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point() and a.requires_grad]
-    out_t, (ei_t, al_t) = theirs(x, *args, **kw, return_attention_weights=True)
-    out_o, (ei_o, al_o) = ours(x, *args, **kw, return_attention_weights=True)
-    torch.testing.assert_close(out_o, out_t)
-    assert torch.equal(ei_o, ei_t)
-    torch.testing.assert_close(al_o, al_t)
-    gen = seeded("gat grads", out_t.shape)
-    G, Ga = torch.randn(out_t.shape, generator=gen, dtype=out_t.dtype), torch.randn(al_t.shape, generator=gen,
-                                                                                   dtype=al_t.dtype)
-    names = [n for n, _ in theirs.named_parameters()]
-    assert names == [n for n, _ in ours.named_parameters()]
-    g_t = torch.autograd.grad((out_t * G).sum() + (al_t * Ga).sum(), inputs + list(theirs.parameters()),
-                              allow_unused=True)
-    g_o = torch.autograd.grad((out_o * G).sum() + (al_o * Ga).sum(), inputs + list(ours.parameters()),
-                              allow_unused=True)
-    for name, a, b in zip(["input"] * len(inputs) + names, g_o, g_t):
-        assert (a is None) == (b is None), name          # unused (x_target None: lin_dst, att_dst) in both
-        if a is not None:
-            torch.testing.assert_close(a, b, msg=lambda m: f"{name}: {m}")
-
-
-def _x(n, f, *key):
-    return torch.randn(n, f, dtype=torch.float64, generator=seeded("gat x", n, f, *key)).requires_grad_()
-
-
 @pytest.mark.parametrize("heads", [1, 8])
 @pytest.mark.parametrize("concat", [True, False])
 @pytest.mark.parametrize("loops", [True, False])
 def test_matches_pyg(heads, concat, loops):
-    ours, theirs = _pair(5, 3, heads=heads, concat=concat, add_self_loops=loops, negative_slope=0.3)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=heads, concat=concat, add_self_loops=loops, negative_slope=0.3)
     x = torch.randn(7, 5, dtype=torch.float64, generator=seeded("gat pyg", heads), requires_grad=True)
     assert_layer_matches(ours, theirs, x, EDGES)
     torch.testing.assert_close(ours(x, EDGES), dense_gat_conv(x, EDGES, ours.lin.weight, ours.att_src, ours.att_dst, ours.bias,
@@ -79,12 +37,12 @@ def test_matches_pyg(heads, concat, loops):
 
 
 def test_attention_weights_match_pyg():
-    ours, theirs = _pair(5, 3, heads=4)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=4)
     x = torch.randn(7, 5, dtype=torch.float64, generator=seeded("gat alpha"))
     out_t, (ei_t, alpha_t) = theirs(x, EDGES, return_attention_weights=True)
     out_o, (ei_o, alpha_o) = ours(x, EDGES, return_attention_weights=True)
     torch.testing.assert_close(out_o, out_t)
-    key = lambda ei: ei[1] * 7 + ei[0]           # noqa: E731  (target, source) order
+    key = lambda ei: ei[1] * 7 + ei[0]
     assert torch.equal(key(ei_o).sort().values, key(ei_t).sort().values)
     torch.testing.assert_close(alpha_o[key(ei_o).argsort()], alpha_t[key(ei_t).argsort()])
     # alpha is differentiable: its gradient reaches the parameters as PyG's does
@@ -95,10 +53,10 @@ def test_attention_weights_match_pyg():
         torch.testing.assert_close(g, r)
 
 
-def test_dropout_follows_the_seed_and_stops_in_eval():
-    ours, theirs = _pair(5, 4, heads=2, dropout=0.5)
-    x = torch.randn(7, 5, dtype=torch.float64, generator=seeded("gat dropout"))
-    ours.train()
+@CONVS
+def test_dropout_follows_the_seed_and_stops_in_eval(conv):
+    ours, theirs = pyg_pair(conv, 5, 4, heads=2, dropout=0.5)
+    x = features(conv.__name__, 7, 5, "dropout").detach()
     torch.manual_seed(3)
     a = ours(x, EDGES)
     torch.manual_seed(3)
@@ -109,53 +67,48 @@ def test_dropout_follows_the_seed_and_stops_in_eval():
     torch.testing.assert_close(ours(x, EDGES), theirs(x, EDGES))
 
 
-# repeats: 0 -> 1 three times, 2 -> 3 twice, and a repeated self loop (removed with loops)
-REPEATED = torch.cat([EDGES, torch.tensor([[0, 0, 2, 3], [1, 1, 3, 3]])], 1)
-
-
 @pytest.mark.parametrize("loops", [True, False])
 @pytest.mark.parametrize("heads", [1, 3])
 def test_repeated_edges_count_per_occurrence_as_pyg(loops, heads):
     """A repeated edge is one entry of our pattern, its copies' share folded into its score:
     PyG's softmax (each copy its share), output, weights per copy and every gradient."""
-    ours, theirs = _pair(5, 3, heads=heads, add_self_loops=loops, negative_slope=0.3)
-    _assert_same(ours, theirs, _x(7, 5, "repeats", loops, heads), REPEATED)
-    torch.testing.assert_close(ours(_x(7, 5, "r"), REPEATED),
-                               dense_gat_conv(_x(7, 5, "r"), REPEATED, ours.lin.weight, ours.att_src, ours.att_dst,
-                                              ours.bias, True, loops, 0.3))
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=heads, add_self_loops=loops, negative_slope=0.3)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "repeats", loops, heads), REPEATED)
+    x = features("gat x", 7, 5, "r")
+    torch.testing.assert_close(ours(x, REPEATED), dense_gat_conv(x, REPEATED, ours.lin.weight, ours.att_src,
+                                                                 ours.att_dst, ours.bias, True, loops, 0.3))
 
 
 @pytest.mark.parametrize("fill_value", ["mean", "add", "min", "max", "mul", 0.5, "tensor"])
-def test_edge_features_match_pyg(fill_value):
+@CONVS
+def test_edge_features_match_pyg(conv, fill_value):
     """edge_dim with every fill_value of the self loops; repeated edges with different
     features (their copies' shares differ); a self loop given with features (dropped)."""
     fill = torch.tensor([0.3, -1.0, 2.0]) if fill_value == "tensor" else fill_value
-    ours, theirs = _pair(5, 4, heads=2, edge_dim=3, fill_value=fill, negative_slope=0.1)
-    ea = torch.randn(REPEATED.shape[1], 3, dtype=torch.float64, generator=seeded("gat ea", fill_value))
-    _assert_same(ours, theirs, _x(7, 5, "ea", fill_value), REPEATED, ea.requires_grad_())
+    ours, theirs = pyg_pair(conv, 5, 4, heads=2, edge_dim=3, fill_value=fill, negative_slope=0.1)
+    ea = torch.randn(REPEATED.shape[1], 3, dtype=torch.float64, generator=seeded(conv.__name__, "ea", fill_value))
+    assert_same_as_pyg(ours, theirs, features(conv.__name__, 7, 5, "ea", fill_value), REPEATED,
+                       ea.requires_grad_())
 
 
 @pytest.mark.parametrize("loops", [True, False])
 def test_edge_features_one_dim_no_loops_and_mean(loops):
     """A 1-D edge_attr (edge_dim=1, PyG's edge weights), concat=False, residual."""
-    ours, theirs = _pair(5, 3, heads=3, edge_dim=1, concat=False, add_self_loops=loops, residual=True)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=3, edge_dim=1, concat=False, add_self_loops=loops, residual=True)
     w = torch.rand(REPEATED.shape[1], dtype=torch.float64, generator=seeded("gat ew")).requires_grad_()
-    _assert_same(ours, theirs, _x(7, 5, "ew", loops), REPEATED, w)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "ew", loops), REPEATED, w)
     # edge_attr without edge_dim is ignored, as PyG
-    plain, _ = _pair(5, 3, heads=3, concat=False, add_self_loops=loops, residual=True)
-    torch.testing.assert_close(plain(_x(7, 5, "i"), REPEATED, w), plain(_x(7, 5, "i"), REPEATED))
+    plain, _ = pyg_pair(GATConv, 5, 3, heads=3, concat=False, add_self_loops=loops, residual=True)
+    x = features("gat x", 7, 5, "i")
+    torch.testing.assert_close(plain(x, REPEATED, w), plain(x, REPEATED))
 
 
 @pytest.mark.parametrize("residual", [False, True])
 def test_residual_matches_pyg(residual):
-    ours, theirs = _pair(5, 3, heads=2, residual=residual)
-    _assert_same(ours, theirs, _x(7, 5, "res"), EDGES)
-    ours, theirs = _pair(5, 3, heads=2, residual=residual, concat=False, bias=False)
-    _assert_same(ours, theirs, _x(7, 5, "res2"), EDGES)
-
-
-# bipartite: 7 sources, 4 targets; 0 -> 0 twice, source 4 isolated, target 3 without edges
-BIP_EDGES = torch.tensor([[0, 1, 2, 3, 6, 5, 0, 0, 1], [0, 0, 1, 1, 2, 2, 2, 0, 1]])
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=2, residual=residual)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "res"), EDGES)
+    ours, theirs = pyg_pair(GATConv, 5, 3, heads=2, residual=residual, concat=False, bias=False)
+    assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "res2"), EDGES)
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["pair_channels", "int_channels"])
@@ -164,37 +117,39 @@ def test_bipartite_matches_pyg(shared, residual):
     """in_channels (source, target) with lin_src/lin_dst, or one lin for both; x_target
     given or None (then size); with edge features; the self loops i < min(n_src, n_dst)."""
     channels = 5 if shared else (5, 4)
-    ours, theirs = _pair(channels, 3, heads=2, residual=residual, edge_dim=2)
-    x_src, x_dst = _x(7, 5, "bip src"), _x(4, 5 if shared else 4, "bip dst")
+    ours, theirs = pyg_pair(GATConv, channels, 3, heads=2, residual=residual, edge_dim=2)
+    x_src, x_dst = features("gat x", 7, 5, "bip src"), features("gat x", 4, 5 if shared else 4, "bip dst")
     ea = torch.randn(BIP_EDGES.shape[1], 2, dtype=torch.float64, generator=seeded("bip ea")).requires_grad_()
-    _assert_same(ours, theirs, (x_src, x_dst), BIP_EDGES, ea)
-    _assert_same(ours, theirs, (x_src, x_dst), BIP_EDGES, ea, size=(7, 4))
-    _assert_same(ours, theirs, (x_src, None), BIP_EDGES, ea, size=(7, 4))
-    _assert_same(ours, theirs, (x_src, None), BIP_EDGES, None, size=(7, 5))
+    assert_same_as_pyg(ours, theirs, (x_src, x_dst), BIP_EDGES, ea)
+    assert_same_as_pyg(ours, theirs, (x_src, x_dst), BIP_EDGES, ea, size=(7, 4))
+    assert_same_as_pyg(ours, theirs, (x_src, None), BIP_EDGES, ea, size=(7, 4))
+    assert_same_as_pyg(ours, theirs, (x_src, None), BIP_EDGES, None, size=(7, 5))
     if not shared:                           # a bipartite layer on one x: lin_src and lin_dst on it
-        ours, theirs = _pair((5, 5), 3, heads=2, residual=residual)
-        _assert_same(ours, theirs, _x(7, 5, "one x"), EDGES)
+        ours, theirs = pyg_pair(GATConv, (5, 5), 3, heads=2, residual=residual)
+        assert_same_as_pyg(ours, theirs, features("gat x", 7, 5, "one x"), EDGES)
 
 
-def test_isolated_nodes_and_no_edges_match_pyg():
-    ours, theirs = _pair(5, 3, heads=2)
-    _assert_same(ours, theirs, _x(9, 5, "iso"), EDGES)                   # nodes 7, 8 only have their loop
+@CONVS
+def test_isolated_nodes_and_no_edges_match_pyg(conv):
+    ours, theirs = pyg_pair(conv, 5, 3, heads=2)
+    iso, none = features(conv.__name__, 9, 5, "iso"), features(conv.__name__, 4, 5, "empty")
+    assert_same_as_pyg(ours, theirs, iso, EDGES)                   # nodes 7, 8 only have their loop
     empty = torch.empty(2, 0, dtype=torch.long)
-    _assert_same(ours, theirs, _x(4, 5, "empty"), empty)
-    ours, theirs = _pair(5, 3, heads=2, add_self_loops=False)
-    out = ours(_x(4, 5, "empty"), empty)
-    torch.testing.assert_close(out, theirs(_x(4, 5, "empty"), empty))
+    assert_same_as_pyg(ours, theirs, none, empty)
+    ours, theirs = pyg_pair(conv, 5, 3, heads=2, add_self_loops=False)
+    torch.testing.assert_close(ours(none, empty), theirs(none, empty))
     assert ours(torch.zeros(0, 5, dtype=torch.float64), empty).shape == (0, 6)
 
 
 @pytest.mark.parametrize("layout", ["csr", "coo", "SparseCSR"])
 @pytest.mark.parametrize("loops", [True, False])
-def test_sparse_adjacency_matches_pyg(layout, loops):
+@CONVS
+def test_sparse_adjacency_matches_pyg(conv, layout, loops):
     """adj_t (n_target, n_source) gets PyG's self loops; the attention weights come back as a
     sparse tensor (n_target, n_source, heads) holding them, as PyG's torch sparse form."""
     from torch_geometric.utils import to_torch_coo_tensor
-    ours, theirs = _pair(5, 3, heads=2, add_self_loops=loops)
-    x = _x(7, 5, "sparse adj")
+    ours, theirs = pyg_pair(conv, 5, 3, heads=2, add_self_loops=loops)
+    x = features(conv.__name__, 7, 5, "sparse adj")
     adj_t = to_torch_coo_tensor(EDGES.flip(0), size=(7, 7))          # adj_t: rows are targets
     given = {"csr": adj_t.to_sparse_csr(), "coo": adj_t,
              "SparseCSR": SparseCSR.from_torch(adj_t.to_sparse_csr())}[layout]
@@ -207,19 +162,23 @@ def test_sparse_adjacency_matches_pyg(layout, loops):
     torch.testing.assert_close(A_o.to_dense(), A_t.to_dense())
     torch.testing.assert_close(al_o, al_t)
     torch.testing.assert_close(ours(x, given), ours(x, EDGES))              # the same graph as an edge_index
-    G = torch.randn(out_t.shape, dtype=out_t.dtype, generator=seeded("gat sparse G"))
+    G = torch.randn(out_t.shape, dtype=out_t.dtype, generator=seeded(conv.__name__, "sparse G"))
     for a, b in zip(torch.autograd.grad(out_o, [x, *ours.parameters()], G),
                     torch.autograd.grad(out_t, [x, *theirs.parameters()], G)):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(edge_dim=3), dict(residual=True, edge_dim=2, concat=False),
-                                dict(bias=False)], ids=str)
+_KWS = [{}, {"edge_dim": 3}, {"residual": True, "edge_dim": 2, "concat": False}, {"bias": False}]
+
+
+@pytest.mark.parametrize("conv,kw", [(GATConv, kw) for kw in _KWS] + [(GATv2Conv, kw) for kw in
+                                                                      _KWS + [{"share_weights": True}]],
+                         ids=lambda v: v.__name__ if isinstance(v, type) else str(v))
 @pytest.mark.parametrize("channels", [5, (5, 4)], ids=str)
-def test_state_dict_both_ways(kw, channels):
+def test_state_dict_both_ways(conv, kw, channels):
     gnn = pytest.importorskip("torch_geometric.nn")
     torch.manual_seed(1)
-    theirs, ours = gnn.GATConv(channels, 3, heads=2, **kw), GATConv(channels, 3, heads=2, **kw)
+    theirs, ours = getattr(gnn, conv.__name__)(channels, 3, heads=2, **kw), conv(channels, 3, heads=2, **kw)
     assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
     for name, t in theirs.state_dict().items():
         assert ours.state_dict()[name].shape == t.shape, name
@@ -279,35 +238,40 @@ def test_state_dict_keys_and_double():
     assert conv.double()(x, EDGES).dtype == torch.float64
 
 
-def test_errors():
-    conv = GATConv(4, 3)
+@CONVS
+def test_errors_of_both(conv):
+    layer = conv(4, 3)
     with pytest.raises(ValueError, match="edge_index must have shape"):
-        conv(torch.randn(7, 4), EDGES[0])
-    with pytest.raises(TypeError, match="integer node ids"):
-        conv(torch.randn(7, 4), EDGES.double())
+        layer(torch.randn(7, 4), EDGES[0])
     with pytest.raises(ValueError, match="out of range|malformed"):
-        conv(torch.randn(3, 4), EDGES)
+        layer(torch.randn(3, 4), EDGES)
     with pytest.raises(ValueError, match="2-D"):
-        conv(torch.randn(7), EDGES)
+        layer(torch.randn(7), EDGES)
     with pytest.raises(ValueError, match="in_channels must be an int or a pair"):
-        GATConv((4, 3, 2), 2)
-    with pytest.raises(ValueError, match="lazy -1 is not supported"):
-        GATConv(-1, 2)
+        conv((4, 3, 2), 2)
     with pytest.raises(ValueError, match="dropout must be in"):
-        GATConv(4, 3, dropout=1.5)
+        conv(4, 3, dropout=1.5)
     with pytest.raises(ValueError, match="aggr must be 'add'"):
-        GATConv(4, 3, aggr="mean")
+        conv(4, 3, aggr="mean")
     with pytest.raises(ValueError, match="MessagePassing option\\(s\\) flow"):
-        GATConv(4, 3, flow="target_to_source")
+        conv(4, 3, flow="target_to_source")
     with pytest.raises(ValueError, match="fill_value must be"):
-        GATConv(4, 3, edge_dim=2, fill_value="median")
+        conv(4, 3, edge_dim=2, fill_value="median")
     with pytest.raises(ValueError, match="edge_dim must be"):
-        GATConv(4, 3, edge_dim=0)
-    econv = GATConv(4, 3, edge_dim=2)
+        conv(4, 3, edge_dim=0)
+    econv = conv(4, 3, edge_dim=2)
     with pytest.raises(ValueError, match="edge_attr must be \\(E, edge_dim\\)"):
         econv(torch.randn(7, 4), EDGES, torch.randn(EDGES.shape[1] - 1, 2))
     with pytest.raises(ValueError, match="edge_attr with a sparse adjacency"):
         econv(torch.randn(7, 4), gat_adjacency(EDGES, 7), torch.randn(EDGES.shape[1], 2))
+
+
+def test_errors():
+    conv = GATConv(4, 3)
+    with pytest.raises(TypeError, match="integer node ids"):
+        conv(torch.randn(7, 4), EDGES.double())
+    with pytest.raises(ValueError, match="lazy -1 is not supported"):
+        GATConv(-1, 2)
     with pytest.raises(ValueError, match="size must be a pair"):
         conv(torch.randn(7, 4), EDGES, size=(7,))
     with pytest.raises(ValueError, match="size\\[0\\] = 8"):

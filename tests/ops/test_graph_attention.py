@@ -6,10 +6,13 @@ heads, an additive edge_score per entry (hub and empty rows, gradcheck), the sam
 for 1/2/5 threads, in-place edits after the forward, errors and
 malformed structure, the custom op's opcheck and torch.compile(fullgraph=True) of a
 SparseCSR.  Every test of results runs on both routes: the C kernels and the PyTorch-ops
-one that CUDA takes (forced on CPU here)."""
+one that CUDA takes (forced on CPU here).  The tests whose body is the same for
+graph_attention_v2 (nnz = 0, thread counts, edits after the forward, malformed structure,
+torch.compile, opcheck) run here for both ops."""
 import pytest
 import torch
 from support.checks import num_threads
+from support.gat import GAT, GATV2, as_adjacency, attention_mask, gat_leaves, hub_mask
 from support.operands import seeded
 from support.references import dense_edge_score
 
@@ -17,35 +20,12 @@ from torchsparsegradutils import SparseCSR, _backends, graph_attention
 from torchsparsegradutils._core.view import CSRView
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-12, rtol=1e-10)}
-
-
-def pattern(n, m, density=0.4, seed=0):
-    """A boolean (n, m) pattern, row 1 and column 2 empty (a target with no sources, a
-    source nobody attends to)."""
-    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) < density
-    if n > 2 and m > 2:
-        mask[1, :] = False
-        mask[:, 2] = False
-    return mask
+BOTH = pytest.mark.parametrize("op", [GAT, GATV2], ids=["gat", "gatv2"])
 
 
 def operands(n, m, H, F, dtype=torch.float64, seed=0):
-    gen = torch.Generator().manual_seed(seed + 1)
-    x = torch.randn(m, H, F, generator=gen, dtype=dtype).requires_grad_()
-    s = torch.randn(m, H, generator=gen, dtype=dtype).requires_grad_()
-    d = torch.randn(n, H, generator=gen, dtype=dtype).requires_grad_()
-    return x, s, d
-
-
-def as_adjacency(mask, layout, itype=torch.int64):
-    D = mask.double()
-    if layout == "coo":
-        return D.to_sparse()
-    A = D.to_sparse_csr()
-    ptr, col = A.crow_indices().to(itype), A.col_indices().to(itype)
-    if layout == "csr":
-        return torch.sparse_csr_tensor(ptr, col, A.values(), D.shape)
-    return SparseCSR(ptr, col, A.values(), tuple(D.shape))
+    """x, score_src, score_dst for an (n, m) graph."""
+    return gat_leaves(torch.zeros(n, m, dtype=torch.bool), H, F, dtype, seed)
 
 
 def reference(mask, x, s, d, slope=0.2, drop=None, edge=None):
@@ -72,7 +52,7 @@ def at_pattern(alpha, mask):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_matches_dense_reference(path, layout, H, F, dtype):
     n, m = 7, 9
-    mask = pattern(n, m)
+    mask = attention_mask(n, m)
     x, s, d = operands(n, m, H, F, dtype)
     for itype in (torch.int32, torch.int64) if layout != "coo" else (torch.int64,):
         A = as_adjacency(mask, layout, itype)
@@ -95,7 +75,7 @@ def test_matches_dense_reference(path, layout, H, F, dtype):
 
 @pytest.mark.parametrize("H", [1, 2])
 def test_gradcheck(path, H):
-    mask = pattern(5, 6, 0.5, seed=5)
+    mask = attention_mask(5, 6, 0.5, seed=5)
     A = as_adjacency(mask, "sparse_csr")
     x, s, d = operands(5, 6, H, 3, seed=5)
     assert torch.autograd.gradcheck(lambda x, s, d: graph_attention(A, x, s, d, 0.3), (x, s, d))
@@ -123,7 +103,7 @@ def test_scores_at_zero_take_the_positive_side(path):
 
 def test_dropout(path):
     n, m, H = 30, 40, 4
-    mask = pattern(n, m, 0.5, seed=8)
+    mask = attention_mask(n, m, 0.5, seed=8)
     A = as_adjacency(mask, "sparse_csr")
     x, s, d = operands(n, m, H, 3, seed=8)
     _, full = reference(mask, x, s, d)
@@ -155,7 +135,7 @@ def test_dropout(path):
 
 
 def test_dropout_mask_is_the_same_on_both_routes(monkeypatch):
-    mask = pattern(20, 20, 0.5, seed=11)
+    mask = attention_mask(20, 20, 0.5, seed=11)
     A = as_adjacency(mask, "sparse_csr")
     x, s, d = operands(20, 20, 2, 3, seed=11)
     outs = []
@@ -167,44 +147,46 @@ def test_dropout_mask_is_the_same_on_both_routes(monkeypatch):
 
 
 @pytest.mark.parametrize("n,m", [(0, 0), (0, 3), (3, 0), (4, 5)])
-def test_nnz_zero_and_empty(path, n, m):
+@BOTH
+def test_nnz_zero_and_empty(path, op, n, m):
     A = SparseCSR(torch.zeros(n + 1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), torch.zeros(0), (n, m))
-    x, s, d = operands(n, m, 2, 3)
-    out, alpha = graph_attention(A, x, s, d, return_attention=True)
+    ins = op.leaves(torch.zeros(n, m, dtype=torch.bool), 2, 3)
+    out, alpha = op.call(A, ins, return_attention=True)
     assert out.shape == (n, 2, 3) and alpha.shape == (0, 2) and not out.any()
-    gx, gs, gd = torch.autograd.grad(out.sum(), (x, s, d))
-    assert not (gx.any() or gs.any() or gd.any())
+    assert not any(g.any() for g in torch.autograd.grad(out.sum(), ins))
 
 
-def test_same_bits_for_any_thread_count():
-    """Large enough that the kernels split rows (forward, scores' gradient) and sources
-    (their sums) over threads."""
-    mask = pattern(600, 500, 0.1, seed=13)
+@pytest.mark.parametrize("op,edge", [(GAT, False), (GATV2, True)], ids=["gat", "gatv2-edge"])
+def test_same_bits_for_any_thread_count(op, edge):
+    """Large enough that the kernels split rows (forward, gradient by rows), sources (their
+    sums) and, GATv2's, att's columns over threads."""
+    mask = attention_mask(600, 500, 0.1, seed=13, hub=op.hub)
     A = as_adjacency(mask, "sparse_csr")
-    x, s, d = operands(600, 500, 4, 16, torch.float32, seed=13)
+    ins = op.leaves(mask, 4, 16, torch.float32, seed=13, edge=edge)
     results = []
     for t in (1, 2, 5):
         with num_threads(t):
             torch.manual_seed(14)
-            out, alpha = graph_attention(A, x, s, d, dropout=0.3, return_attention=True)
+            out, alpha = op.call(A, ins, dropout=0.3, return_attention=True)
             G = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
-            grads = torch.autograd.grad((out * G).sum() + alpha.sum(), (x, s, d))
+            grads = torch.autograd.grad((out * G).sum() + alpha.sum(), ins)
             results.append((out.detach(), alpha.detach(), *grads))
     for r in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], r))
 
 
-def test_inputs_unchanged_and_edits_after_forward_detected():
-    mask = pattern(5, 6, 0.5)
+@pytest.mark.parametrize("op,edge,read", [(GAT, False, 3), (GATV2, True, 4)], ids=["gat", "gatv2-edge"])
+def test_inputs_unchanged_and_edits_after_forward_detected(op, edge, read):
+    """The first `read` leaves are the ones the backward reads (not GATv2's edge_score)."""
+    mask = attention_mask(5, 6, 0.5, hub=op.hub)
     A = as_adjacency(mask, "sparse_csr")
-    x, s, d = operands(5, 6, 2, 3)
-    before = [t.detach().clone() for t in (A.crow_indices, A.col_indices, x, s, d)]
-    graph_attention(A, x, s, d, dropout=0.5).sum().backward()
-    assert all(torch.equal(a, b) for a, b in zip(before, (A.crow_indices, A.col_indices, x, s, d)))
-    for i in range(3):
-        leaves = [t.detach().clone().requires_grad_() for t in (x, s, d)]
-        used = [t * 1 for t in leaves]
-        out = graph_attention(A, *used)
+    ins = op.leaves(mask, 2, 3, edge=edge)
+    before = [t.detach().clone() for t in (A.crow_indices, A.col_indices, *ins)]
+    op.call(A, ins, dropout=0.5).sum().backward()
+    assert all(torch.equal(a, b) for a, b in zip(before, (A.crow_indices, A.col_indices, *ins)))
+    for i in range(read):
+        used = [t.detach().clone().requires_grad_() * 1 for t in ins[:read]]
+        out = op.call(A, used)
         with torch.no_grad():
             used[i].add_(1)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
@@ -212,7 +194,7 @@ def test_inputs_unchanged_and_edits_after_forward_detected():
 
 
 def test_errors():
-    mask = pattern(4, 5)
+    mask = attention_mask(4, 5)
     A = as_adjacency(mask, "csr")
     x, s, d = operands(4, 5, 2, 3)
     with pytest.raises(ValueError, match="2-D sparse COO or CSR"):
@@ -244,20 +226,21 @@ def test_errors():
 
 
 @pytest.mark.parametrize("route", [False, True], ids=["C", "torch_ops"])
-def test_malformed_structure_is_a_value_error(route, monkeypatch):
+@BOTH
+def test_malformed_structure_is_a_value_error(op, route, monkeypatch):
     monkeypatch.setattr(_backends, "force_torch_ops", route)
-    x, s, d = operands(2, 3, 2, 3)
+    ins = op.leaves(torch.zeros(2, 3, dtype=torch.bool), 2, 3)
     ptr = torch.tensor([0, 1, 3])
     for col in (torch.tensor([0, 1, 3]), torch.tensor([0, 2, 1]), torch.tensor([0, -1, 1])):
         with pytest.raises(ValueError, match="malformed sparse matrix"):
-            graph_attention(SparseCSR(ptr, col, torch.ones(3), (2, 3)), x, s, d)
+            op.call(SparseCSR(ptr, col, torch.ones(3), (2, 3)), ins)
     with pytest.raises(ValueError, match="malformed sparse matrix"):
-        graph_attention(SparseCSR(torch.tensor([0, 2, 1]), torch.tensor([0]), torch.ones(1), (2, 3)), x, s, d)
+        op.call(SparseCSR(torch.tensor([0, 2, 1]), torch.tensor([0]), torch.ones(1), (2, 3)), ins)
 
 
 def test_kernels_check_their_arrays():
     from torchsparsegradutils import _C
-    mask = pattern(4, 5)
+    mask = attention_mask(4, 5)
     A = as_adjacency(mask, "sparse_csr")
     x, s, d = (t.detach() for t in operands(4, 5, 2, 3))
     nnz = A.col_indices.shape[0]
@@ -307,47 +290,48 @@ def test_dropout_draw_is_the_kernels():
         assert 0.4 < dropped.double().mean() < 0.6
 
 
-def test_compiled_sparse_csr_matches_eager():
-    mask = pattern(6, 6, 0.5, seed=15)
+@pytest.mark.parametrize("op,edge", [(GAT, False), (GAT, True), (GATV2, True)], ids=["gat", "gat-edge", "gatv2-edge"])
+def test_compiled_sparse_csr_matches_eager(op, edge):
+    mask = attention_mask(6, 6, 0.5, seed=15, hub=op.hub)
     A = as_adjacency(mask, "sparse_csr")
-    x, s, d = operands(6, 6, 2, 3, torch.float32, seed=15)
+    ins = op.leaves(mask, 2, 3, torch.float32, seed=15, edge=edge)
 
-    def model(x, s, d):
-        out, alpha = graph_attention(A, x * 2, s, d, 0.1, return_attention=True)
+    def model(*ins):
+        out, alpha = op.call(A, [ins[0] * 2, *ins[1:]], negative_slope=0.1, return_attention=True)
         return out.sum(1) + alpha.sum()
 
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     outs = []
     for fn in (compiled, model):
-        y = fn(x, s, d)
-        outs.append((y.detach(), *torch.autograd.grad(y.sum(), (x, s, d))))
+        y = fn(*ins)
+        outs.append((y.detach(), *torch.autograd.grad(y.square().sum(), ins)))
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b)
 
 
-def test_custom_op_opcheck():
-    mask = pattern(5, 6, 0.5, seed=16)
+@pytest.mark.parametrize("op,name", [(GAT, "gat"), (GATV2, "gatv2")], ids=["gat", "gatv2"])
+def test_custom_op_opcheck(op, name):
+    """tsgu::<name> and tsgu::<name>_grad, without and with the edge leaves (the gradient
+    op takes the first: edge_score's gradient, GATv2's, is the scores')."""
+    mask = attention_mask(5, 6, 0.5, seed=16, hub=op.hub)
     A = as_adjacency(mask, "sparse_csr")
-    x, s, d = operands(5, 6, 2, 3, seed=16)
-    nnz = A.col_indices.shape[0]
-    for e in (None, torch.randn(nnz, 2, dtype=x.dtype, requires_grad=True)):
-        args = (A.crow_indices, A.col_indices, [5, 6], x, s, d, e)
+    ins = op.leaves(mask, 2, 3, seed=16, edge=True)
+    forward, grad = getattr(torch.ops.tsgu, name), getattr(torch.ops.tsgu, name + "_grad")
+    for edge in ([None] * len(ins[3:]), ins[3:]):
+        args = (A.crow_indices, A.col_indices, [5, 6], *ins[:3], *edge)
         for seed, drop, scale in ((None, 0, 1.0), (torch.tensor([7]), 2**22, 1.5)):
-            torch.library.opcheck(torch.ops.tsgu.gat.default, (*args, seed, drop, scale, 0.2))
-            out, alpha = torch.ops.tsgu.gat(*args, seed, drop, scale, 0.2)
-            plain = (A.crow_indices, A.col_indices, [5, 6], x.detach(), s.detach(), d.detach(),
-                     None if e is None else e.detach(), seed, drop, scale, 0.2,
-                     alpha.detach(), torch.randn_like(out))    # differentiable once: gat_grad has no autograd
+            torch.library.opcheck(forward.default, (*args, seed, drop, scale, 0.2))
+            out, alpha = forward(*args, seed, drop, scale, 0.2)
+            plain = (A.crow_indices, A.col_indices, [5, 6], *(t.detach() for t in ins[:3]),
+                     None if edge[0] is None else edge[0].detach(), seed, drop, scale, 0.2,
+                     alpha.detach(), torch.randn_like(out))    # differentiable once: the grad op has no autograd
             for galpha in (None, torch.randn_like(alpha)):
-                torch.library.opcheck(torch.ops.tsgu.gat_grad.default, (*plain, galpha))
+                torch.library.opcheck(grad.default, (*plain, galpha))
 
 
 # ---------------------------------------------------------------- edge_score
 def hub_pattern(n, m, seed):
-    """(n, m): row 0 empty, row 1 full (a hub), column 0 in every other row, the rest ~30%."""
-    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) < 0.3
-    mask[:, 0], mask[0], mask[1] = True, False, True
-    return mask
+    return hub_mask(n, m, torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("layout", ["sparse_csr", "coo"])
@@ -391,7 +375,7 @@ def test_edge_score_gradcheck(path, H):
 
 
 def test_edge_score_errors():
-    mask = pattern(4, 5)
+    mask = attention_mask(4, 5)
     A = as_adjacency(mask, "csr")
     x, s, d = operands(4, 5, 2, 3)
     nnz = int(mask.sum())
@@ -405,22 +389,3 @@ def test_edge_score_errors():
         graph_attention(A, x, s, d, edge_score=torch.zeros(nnz, 2))
     with pytest.raises(ValueError, match="edge_score must be a tensor"):
         graph_attention(A, x, s, d, edge_score=[0.0])
-
-
-def test_edge_score_compiles_like_eager():
-    mask = pattern(6, 6, 0.5, seed=23)
-    A = as_adjacency(mask, "sparse_csr")
-    x, s, d = operands(6, 6, 2, 3, torch.float32, seed=23)
-    e = torch.randn(int(mask.sum()), 2, generator=seeded("gat compile e")).requires_grad_()
-
-    def model(x, s, d, e):
-        out, alpha = graph_attention(A, x * 2, s, d, 0.1, return_attention=True, edge_score=e * 3)
-        return out.sum(1) + alpha.sum()
-
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    outs = []
-    for fn in (compiled, model):
-        y = fn(x, s, d, e)
-        outs.append((y.detach(), *torch.autograd.grad((y * y).sum(), (x, s, d, e))))
-    for a, b in zip(*outs):
-        torch.testing.assert_close(a, b)

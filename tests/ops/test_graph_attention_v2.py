@@ -3,48 +3,30 @@ softmax over each row of sum_c att LeakyReLU(x_src[j] + x_dst[i] + edge_term), a
 entries -inf, with autograd) for the output, the attention and every gradient (x_src as
 source of scores and as message, x_dst, att, edge_term, edge_score); gradcheck in
 float64; x_dst the same tensor as x_src; dropout (the GAT kernels' mask for a seed);
-empty rows, hub rows and nnz = 0; the same bits for 1/2/5 threads; in-place edits after
-the forward; errors and malformed structure; the C entry points' checks; the custom
-op's opcheck and torch.compile(fullgraph=True) of a SparseCSR.  Every test of results
-runs on both CPU routes: the C kernels and the PyTorch-ops fallback (forced)."""
+empty and hub rows; errors; the C entry points' checks.  Every test of results runs on
+both CPU routes: the C kernels and the PyTorch-ops fallback (forced).  nnz = 0, the same
+bits for 1/2/5 threads, in-place edits after the forward, malformed structure,
+torch.compile(fullgraph=True) of a SparseCSR and the custom op's opcheck are
+test_graph_attention.py's, parametrized over both ops."""
 import pytest
 import torch
-from support.checks import num_threads
+from support.gat import as_adjacency, attention_mask, gatv2_leaves
 from support.references import dense_graph_attention_v2
 
-from torchsparsegradutils import SparseCSR, _backends, graph_attention, graph_attention_v2
+from torchsparsegradutils import graph_attention, graph_attention_v2
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.float64: dict(atol=1e-12, rtol=1e-10)}
 
 
 def pattern(n, m, density=0.4, seed=0):
-    """A boolean (n, m) pattern, row 1 and column 2 empty, row 0 a hub (every source)."""
-    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(seed)) < density
-    if n > 2 and m > 2:
-        mask[1, :] = False
-        mask[:, 2] = False
-        mask[0, :] = True
-    return mask
+    """attention_mask's, row 0 a hub (every source)."""
+    return attention_mask(n, m, density, seed, hub=True)
 
 
 def operands(mask, H, C, dtype=torch.float64, seed=0, edge=False):
     """(x_src, x_dst, att, edge_term or None, edge_score or None), leaves that require grad."""
-    gen = torch.Generator().manual_seed(seed + 1)
-    (n, m), nnz = mask.shape, int(mask.sum())
-    shapes = [(m, H, C), (n, H, C), (H, C)] + ([(nnz, H, C), (nnz, H)] if edge else [])
-    ts = [torch.randn(s, generator=gen, dtype=dtype).requires_grad_() for s in shapes]
-    return ts + [None, None] if not edge else ts
-
-
-def as_adjacency(mask, layout, itype=torch.int64):
-    D = mask.double()
-    if layout == "coo":
-        return D.to_sparse()
-    A = D.to_sparse_csr()
-    ptr, col = A.crow_indices().to(itype), A.col_indices().to(itype)
-    if layout == "csr":
-        return torch.sparse_csr_tensor(ptr, col, A.values(), D.shape)
-    return SparseCSR(ptr, col, A.values(), tuple(D.shape))
+    ts = gatv2_leaves(mask, H, C, dtype, seed, edge)
+    return ts if edge else ts + [None, None]
 
 
 def _grads(out, alpha, inputs, seed=3):
@@ -124,51 +106,6 @@ def test_dropout_is_the_gat_mask(path):
     assert torch.equal(graph_attention_v2(A, xl, xr, att, dropout=1.0), torch.zeros_like(plain))
 
 
-@pytest.mark.parametrize("n,m", [(0, 0), (0, 3), (3, 0), (4, 5)])
-def test_nnz_zero_and_empty(path, n, m):
-    A = SparseCSR(torch.zeros(n + 1, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), torch.zeros(0), (n, m))
-    xl, xr, att, _, _ = operands(torch.zeros(n, m, dtype=torch.bool), 2, 3)
-    out, alpha = graph_attention_v2(A, xl, xr, att, return_attention=True)
-    assert out.shape == (n, 2, 3) and alpha.shape == (0, 2) and not out.any()
-    grads = torch.autograd.grad(out.sum(), (xl, xr, att))
-    assert not any(g.any() for g in grads)
-
-
-def test_same_bits_for_any_thread_count():
-    """Large enough that the kernels split rows (forward, gradient by rows), sources (their
-    sums) and att's columns over threads."""
-    mask = pattern(600, 500, 0.1, seed=13)
-    A = as_adjacency(mask, "sparse_csr")
-    ins = operands(mask, 4, 16, torch.float32, seed=13, edge=True)
-    results = []
-    for t in (1, 2, 5):
-        with num_threads(t):
-            torch.manual_seed(14)
-            out, alpha = graph_attention_v2(A, *ins[:3], dropout=0.3, return_attention=True, edge_term=ins[3],
-                                            edge_score=ins[4])
-            G = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
-            grads = torch.autograd.grad((out * G).sum() + alpha.sum(), ins)
-            results.append((out.detach(), alpha.detach(), *grads))
-    for r in results[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(results[0], r))
-
-
-def test_inputs_unchanged_and_edits_after_forward_detected():
-    mask = pattern(5, 6, 0.5)
-    A = as_adjacency(mask, "sparse_csr")
-    ins = operands(mask, 2, 3, edge=True)
-    before = [t.detach().clone() for t in (A.crow_indices, A.col_indices, *ins)]
-    graph_attention_v2(A, *ins[:3], dropout=0.5, edge_term=ins[3], edge_score=ins[4]).sum().backward()
-    assert all(torch.equal(a, b) for a, b in zip(before, (A.crow_indices, A.col_indices, *ins)))
-    for i in range(4):                      # xl, xr, att, edge_term: read by the backward
-        used = [t.detach().clone().requires_grad_() * 1 for t in ins[:4]]
-        out = graph_attention_v2(A, *used[:3], edge_term=used[3])
-        with torch.no_grad():
-            used[i].add_(1)
-        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-            out.sum().backward()
-
-
 def test_errors():
     mask = pattern(4, 5)
     A = as_adjacency(mask, "csr")
@@ -200,18 +137,6 @@ def test_errors():
     for p in (-0.1, 1.5):
         with pytest.raises(ValueError, match="dropout must be in"):
             graph_attention_v2(A, xl, xr, att, dropout=p)
-
-
-@pytest.mark.parametrize("route", [False, True], ids=["C", "torch_ops"])
-def test_malformed_structure_is_a_value_error(route, monkeypatch):
-    monkeypatch.setattr(_backends, "force_torch_ops", route)
-    xl, xr, att, _, _ = operands(torch.zeros(2, 3, dtype=torch.bool), 2, 3)
-    ptr = torch.tensor([0, 1, 3])
-    for col in (torch.tensor([0, 1, 3]), torch.tensor([0, 2, 1]), torch.tensor([0, -1, 1])):
-        with pytest.raises(ValueError, match="malformed sparse matrix"):
-            graph_attention_v2(SparseCSR(ptr, col, torch.ones(3), (2, 3)), xl, xr, att)
-    with pytest.raises(ValueError, match="malformed sparse matrix"):
-        graph_attention_v2(SparseCSR(torch.tensor([0, 2, 1]), torch.tensor([0]), torch.ones(1), (2, 3)), xl, xr, att)
 
 
 def test_kernels_check_their_arrays():
@@ -254,37 +179,3 @@ def test_kernels_check_their_arrays():
     with pytest.raises(ValueError, match="malformed sparse matrix"):
         _C.gatv2_grad(A.crow_indices, A.col_indices.flip(0), 4, 5, xl, xr, att, None, *ok, alpha, G, None, *outs,
                       None, 1)
-
-
-def test_compiled_sparse_csr_matches_eager():
-    mask = pattern(6, 6, 0.5, seed=15)
-    A = as_adjacency(mask, "sparse_csr")
-    xl, xr, att, et, b = operands(mask, 2, 3, torch.float32, seed=15, edge=True)
-
-    def model(xl, xr, att, et, b):
-        out, alpha = graph_attention_v2(A, xl * 2, xr, att, 0.1, return_attention=True, edge_term=et, edge_score=b)
-        return out.sum(1) + alpha.sum()
-
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    outs = []
-    for fn in (compiled, model):
-        y = fn(xl, xr, att, et, b)
-        outs.append((y.detach(), *torch.autograd.grad(y.sum(), (xl, xr, att, et, b))))
-    for a, c in zip(*outs):
-        torch.testing.assert_close(a, c)
-
-
-def test_custom_op_opcheck():
-    mask = pattern(5, 6, 0.5, seed=16)
-    A = as_adjacency(mask, "sparse_csr")
-    xl, xr, att, et, b = operands(mask, 2, 3, seed=16, edge=True)
-    for e, bb in ((None, None), (et, b)):
-        args = (A.crow_indices, A.col_indices, [5, 6], xl, xr, att, e, bb)
-        for seed, drop, scale in ((None, 0, 1.0), (torch.tensor([7]), 2**22, 1.5)):
-            torch.library.opcheck(torch.ops.tsgu.gatv2.default, (*args, seed, drop, scale, 0.2))
-            out, alpha = torch.ops.tsgu.gatv2(*args, seed, drop, scale, 0.2)
-            plain = (A.crow_indices, A.col_indices, [5, 6], xl.detach(), xr.detach(), att.detach(),
-                     None if e is None else e.detach(), seed, drop, scale, 0.2,
-                     alpha.detach(), torch.randn_like(out))    # differentiable once: gatv2_grad has no autograd
-            for galpha in (None, torch.randn_like(alpha)):
-                torch.library.opcheck(torch.ops.tsgu.gatv2_grad.default, (*plain, galpha))

@@ -87,8 +87,8 @@ def test_same_as_torch_sparse_mm(layout, dtype):
 @pytest.mark.parametrize("m", [300_000, 3_000_000, 2**27])
 def test_wide_products_take_every_accumulator(m, monkeypatch):
     """B of m columns past each accumulator's reach: the sparse accumulator's deeper bitmap
-    levels (3e5 columns: four), the hashed table of the product (3e6 float64 sums: past
-    8 MiB) and of the count (2^27 columns: past its bitmap).  Against torch.sparse.mm
+    levels (3e5 columns: four), the hashed table (3e6 float64 sums: past 8 MiB; 2^27
+    columns: a table of the row's size, not of its columns).  Against torch.sparse.mm
     (values) and the torch-ops route (gradients, itself checked against dense autograd)."""
     gen = seeded("wide", m)
     n, l = 40, 30
@@ -470,14 +470,56 @@ def test_errors():
         sparse_mm(A.to_sparse_csr(), bad)
 
 
-def test_product_pointers_that_do_not_fit_are_refused_in_c():
-    """_C.spgemm fills the pattern spgemm_count sized: other row pointers are EPRODUCT,
-    found before anything is written past a row."""
-    A = torch.eye(3).to_sparse_csr()
-    args = (A.crow_indices(), A.col_indices(), A.values()) * 2 + (1, 3, 3, 3)
-    for ptr in ([0, 1, 1, 2], [0, 2, 2, 2]):
-        with pytest.raises(ValueError, match=STATUS["EPRODUCT"].split(":")[0]):
-            _C.spgemm(*args, torch.tensor(ptr), torch.empty(2, dtype=torch.int64), torch.empty(2), 1)
+def test_c_entry_takes_its_outputs_from_alloc():
+    """_C.spgemm computes A @ B, then asks alloc(nnz) for (indices, values) and fills
+    them: outputs of another size or dtype, or no pair, are refused; an exception of
+    alloc's is passed on; the workspace is given back every time (the next call works)."""
+    A = torch.tensor([[1.0, 2.0], [0.0, 3.0]]).to_sparse_csr()
+    args = (A.crow_indices(), A.col_indices(), A.values()) * 2 + (1, 2, 2, 2)
+    I64 = dict(dtype=torch.int64)
+
+    def call(alloc):
+        ptr = torch.empty(3, **I64)
+        return (ptr,) + tuple(_C.spgemm(*args, ptr, alloc, 1))
+
+    for alloc, error in [(lambda nnz: (torch.empty(nnz + 1, **I64), torch.empty(nnz)), ValueError),
+                         (lambda nnz: (torch.empty(nnz, **I64), torch.empty(nnz, dtype=torch.float64)), ValueError),
+                         (lambda nnz: torch.empty(nnz), TypeError),
+                         (lambda nnz: 1 / 0, ZeroDivisionError)]:
+        with pytest.raises(error):
+            call(alloc)
+    ptr, col, val = call(lambda nnz: (torch.empty(nnz, **I64), torch.empty(nnz)))
+    assert ptr.tolist() == [0, 2, 3] and col.tolist() == [0, 1, 1] and val.tolist() == [1.0, 8.0, 9.0]
+
+
+def test_concurrent_and_repeated_products():
+    """The workspace kept between calls: products of other sizes, dtypes and index dtypes
+    one after the other reuse it, and Python threads at once (one takes it, the others
+    their own) each get the same bits as alone, on rows cut into several chunks."""
+    import threading
+    DA, DB = pair(1500, 1200, 1400, dtype=torch.float32, density=0.02, key=12)
+    cases = [(DA.to_sparse_csr(), DB.to_sparse_csr()),
+             (DA[:700].double().to_sparse_csr(), DB.double().to_sparse_csr()),
+             (DA.half().to_sparse_csr(), DB.half().to_sparse_csr())]
+    cases.append(tuple(torch.sparse_csr_tensor(X.crow_indices().int(), X.col_indices().int(), X.values(), X.shape)
+                       for X in cases[0]))
+    parts = lambda C: (C.crow_indices(), C.col_indices(), C.values())  # noqa: E731
+    got = {}
+    with num_threads(3):
+        want = [parts(sparse_mm(A, B)) for A, B in cases]
+        runs = [threading.Thread(target=lambda q: got.setdefault(q, [parts(sparse_mm(*cases[q % 4]))
+                                                                      for _ in range(3)]), args=(q,))
+                for q in range(8)]
+        for r in runs:
+            r.start()
+        for r in runs:
+            r.join()
+    C = torch.sparse_csr_tensor(*want[0], cases[0][0].shape[:1] + cases[0][1].shape[1:])
+    torch.testing.assert_close(C.to_dense(), torch.sparse.mm(*cases[0]).to_dense())     # (its columns unsorted)
+    assert sorted(got) == list(range(8))
+    for q, results in got.items():
+        for result in results:
+            assert all(torch.equal(x, y) for x, y in zip(result, want[q % 4]))
 
 
 @pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")

@@ -8,9 +8,11 @@ fixtures), one module per job:
   that test_hygiene.py and test_properties.py sweep; each op's case builder; the
   bad-input sources
 - children: running code in a child process (run_child, child_outcomes)
-- routes: one call on the C route and the Triton route (both_routes)
+- routes: one call or layer on the C route and the Triton route (both_routes,
+  layer_on_both_routes)
 - checks: shared assertions and the thread-count switch
 - mm, lse, grouped, spgemm: one op family's cases and checks, shared by its test files
+- gat: the graphs of the GAT and GATv2 tests and a layer's comparison with PyG's
 
 Test files import from here (``from support.<module> import ...``), never from each other.
 """

@@ -26,3 +26,29 @@ def both_routes(route, fn, inputs, seed=0):
         results.append([o.detach() for o in outs] + grads)
     route(False)
     return results
+
+
+def layer_on_both_routes(route, make, *inputs):
+    """[output, every parameter's gradient (of the output's sum of squares)] of
+    make()(*inputs) on the C route and on the Triton route (`route`, as both_routes'):
+    the layer made under seed 3 and called under seed 4 (its dropout's)."""
+    results = []
+    for on in (False, True):
+        route(on)
+        torch.manual_seed(3)
+        layer = make()
+        torch.manual_seed(4)
+        out = layer(*inputs)
+        out.square().sum().backward()
+        results.append([out.detach()] + [p.grad for p in layer.parameters()])
+    route(False)
+    return results
+
+
+def assert_routes_agree(results, **tol):
+    """The Triton route's results close to the C route's (a pair from both_routes or
+    layer_on_both_routes)."""
+    c, t = results
+    assert len(c) == len(t)
+    for a, b in zip(c, t):
+        torch.testing.assert_close(b, a, **tol)

@@ -125,20 +125,22 @@ def transpose_pattern(A: CSRView):
 # (batch*n+1,) and int64 columns, increasing in each row.  The kernels take one index
 # dtype for all their sparse operands: int32 ones are widened where the dtypes differ.
 def spgemm(A: CSRView, B: CSRView, coo: bool = False):
-    """(ptr, index, values) of C = A @ B for every batch item (csrc/spgemm_count.c sizes
-    the rows, csrc/spgemm.c fills them); index: the columns, or with coo C's COO index
-    array ((2 or 3, nnz): (item,) row, column), written by the kernel with the columns.
-    The pointers and columns of int32 operands are int32 (product_itype)."""
+    """(ptr, index, values) of C = A @ B for every batch item (csrc/spgemm.c: the product
+    computed once, then written into the outputs allocated here once its size is known);
+    index: the columns, or with coo C's COO index array ((2 or 3, nnz): (item,) row,
+    column), written by the kernel with the columns.  The pointers and columns of int32
+    operands are int32 (product_itype)."""
     A, B = _one_index_dtype(A, B)
-    nt, dims = torch.get_num_threads(), (A.batch, A.nrows, A.ncols, B.ncols)
     ptr = torch.empty(A.batch * A.nrows + 1, dtype=torch.int64)
-    _C.spgemm_count(A.ptr, A.col, B.ptr, B.col, *dims, ptr, nt)
-    nnz = int(ptr[-1])
-    itype = product_itype(A, B, coo, nnz)
-    index = torch.empty((len(A.shape), nnz) if coo else (nnz,), dtype=itype)
-    values = torch.empty(nnz, dtype=A.values.dtype)
-    _C.spgemm(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), *dims, ptr, index, values, nt)
-    return ptr.to(itype), index, values
+
+    def outputs(nnz):
+        itype = product_itype(A, B, coo, nnz)
+        return (torch.empty((len(A.shape), nnz) if coo else (nnz,), dtype=itype),
+                torch.empty(nnz, dtype=A.values.dtype))
+
+    index, values = _C.spgemm(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), A.batch, A.nrows,
+                              A.ncols, B.ncols, ptr, outputs, torch.get_num_threads())
+    return ptr.to(index.dtype), index, values
 
 
 def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):

@@ -3,37 +3,14 @@ optional per-entry score, HAS_EDGE) and their LeakyReLU,
 each row's softmax per head, dropout and the weighted sum of the sources' features in
 one kernel; the backward by rows (the scores' gradient, and d's) then by sources
 (x's and s's, through the transpose's pattern): deterministic, no atomics, and
-nothing of size nnz x H x F.  Signatures as cpu.py's (see _backends.gat).
-
-Dropout draws the same counter-based hash as the C kernels (csrc/tsgu_gat.h,
-tsgu_gat_draw: SplitMix64's finaliser of seed + (q+1) * golden ratio, q = e*H + h,
-its top 24 bits below `drop`), so one seed gives the same mask on every route; the
-seed is read on the device (no synchronisation)."""
+nothing of size nnz x H x F.  Signatures as cpu.py's (see _backends.gat); the
+dropout draw (the C kernels' hash) and the launches are _attention.py's."""
 import torch
 import triton
 import triton.language as tl
 
 from ..._core.view import CSRView
-from ._common import BLOCK_E, acc_type, block, pattern, transpose
-
-
-@triton.jit
-def _kept(seed, q, drop):
-    """The dropout factor's mask of elements q (int64): True where tsgu_gat_draw >= drop."""
-    z = seed + (q.to(tl.uint64) + 1) * 0x9E3779B97F4A7C15
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
-    return ((z ^ (z >> 31)) >> 40).to(tl.int64) >= drop
-
-
-@triton.jit
-def _weights(alpha, e, h, H, seedp, drop, scale, DROP: tl.constexpr):
-    """alpha (BE, BH) of entries e and heads h after dropout: 0 where dropped, else alpha * scale."""
-    if DROP:
-        seed = tl.load(seedp).to(tl.uint64, bitcast=True)
-        keep = _kept(seed, e[:, None].to(tl.int64) * H + h[None, :], drop)
-        alpha = tl.where(keep, alpha * scale, 0.0)
-    return alpha
+from . import _attention as attn
 
 
 @triton.jit
@@ -53,49 +30,35 @@ def _gat_forward_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, out, 
     """Row i: alpha[e, h] = softmax over the row of LeakyReLU(s[j, h] + d[i, h] (+ es[e, h]
     with HAS_EDGE)), and
     out[i, h, :] = sum over the row of the dropped-out alpha times x[j, h, :]."""
-    i = tl.program_id(0)
+    i, start, end = attn.span(ptr)
     scale, slope = tl.load(consts), tl.load(consts + 1)
-    h = tl.arange(0, BH)
-    f = tl.arange(0, BF)
-    hm = h < H
-    hf = h[:, None] * F + f[None, :]
-    hfm = hm[:, None] & (f < F)[None, :]
-    start = tl.load(ptr + i)
-    end = tl.load(ptr + i + 1)
+    h, hm, hf, hfm, HF = attn.tile(H, F, BH, BF)
     di = tl.load(d + i * H + h, mask=hm, other=0).to(ACC)
     mx = tl.full((BH,), float("-inf"), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        m2 = (e < end)[:, None] & hm[None, :]
-        j = tl.load(col + e, mask=e < end, other=0)
+        e, _, m2, j, _ = attn.row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         mx = tl.maximum(mx, tl.max(tl.where(m2, z, float("-inf")), axis=0))
     mx = tl.where(hm, mx, 0.0)
     tot = tl.zeros((BH,), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        m2 = (e < end)[:, None] & hm[None, :]
-        j = tl.load(col + e, mask=e < end, other=0)
+        e, _, m2, j, _ = attn.row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         tot += tl.sum(tl.where(m2, tl.exp(z - mx[None, :]), 0.0), axis=0)
     inv = 1.0 / tl.where(hm, tot, 1.0)
     acc = tl.zeros((BH, BF), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        j = tl.load(col + e, mask=em, other=0)
+        e, em, m2, j, at = attn.row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
         z = tl.where(z > 0, z, slope * z)
         a = tl.exp(z - mx[None, :]) * inv[None, :]
-        tl.store(alpha + e[:, None] * H + h[None, :], a.to(alpha.dtype.element_ty), mask=m2)
-        w = tl.where(m2, _weights(a, e, h, H, seedp, drop, scale, DROP), 0.0)
-        xj = tl.load(x + j[:, None, None] * (H * F) + hf[None, :, :], mask=em[:, None, None] & hfm[None, :, :],
-                     other=0).to(ACC)
+        tl.store(alpha + at, a.to(alpha.dtype.element_ty), mask=m2)
+        w = tl.where(m2, attn.weights(a, e, h, H, seedp, drop, scale, DROP), 0.0)
+        xj = attn.gather(x, j, em, hf, hfm, HF, ACC)
         acc += tl.sum(w[:, :, None] * xj, axis=0)
-    tl.store(out + i * (H * F) + hf, acc.to(out.dtype.element_ty), mask=hfm)
+    tl.store(out + i * HF + hf, acc.to(out.dtype.element_ty), mask=hfm)
 
 
 @triton.jit
@@ -105,44 +68,20 @@ def _gat_grad_rows_kernel(ptr, col, x, s, d, es, seedp, drop, consts, alpha, G, 
     """Row i: ga[e, h] = (dropped-out) dot(G[i, h], x[j, h]) + galpha[e, h]; the softmax's
     gradient alpha (ga - sum over the row of alpha ga) through LeakyReLU into dz[e, h]
     (es's gradient), and gd[i, h] = its sum over the row.  dz holds ga between the two passes."""
-    i = tl.program_id(0)
+    i, start, end = attn.span(ptr)
     scale, slope = tl.load(consts), tl.load(consts + 1)
-    h = tl.arange(0, BH)
-    f = tl.arange(0, BF)
-    hm = h < H
-    hf = h[:, None] * F + f[None, :]
-    hfm = hm[:, None] & (f < F)[None, :]
-    start = tl.load(ptr + i)
-    end = tl.load(ptr + i + 1)
+    h, hm, hf, hfm, HF = attn.tile(H, F, BH, BF)
     di = tl.load(d + i * H + h, mask=hm, other=0).to(ACC)
-    Gi = tl.load(G + i * (H * F) + hf, mask=hfm, other=0).to(ACC)
-    c = tl.zeros((BH,), ACC)
-    for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        at = e[:, None] * H + h[None, :]
-        j = tl.load(col + e, mask=em, other=0)
-        xj = tl.load(x + j[:, None, None] * (H * F) + hf[None, :, :], mask=em[:, None, None] & hfm[None, :, :],
-                     other=0).to(ACC)
-        ga = _weights(tl.sum(Gi[None, :, :] * xj, axis=2), e, h, H, seedp, drop, scale, DROP)
-        if HAS_GALPHA:
-            ga += tl.load(galpha + at, mask=m2, other=0).to(ACC)
-        a = tl.load(alpha + at, mask=m2, other=0).to(ACC)
-        c += tl.sum(tl.where(m2, a * ga, 0.0), axis=0)
-        tl.store(dz + at, ga.to(dz.dtype.element_ty), mask=m2)
+    Gi = attn.row(G, i, hf, hfm, HF, ACC)
+    c = attn.alpha_grads(start, end, col, x, Gi, alpha, galpha, dz, h, hm, hf, hfm, H, HF, seedp, drop, scale,
+                         DROP, HAS_GALPHA, BE, BH, ACC)
     g = tl.zeros((BH,), ACC)
     for e0 in range(start, end, BE):
-        e = e0 + tl.arange(0, BE)
-        em = e < end
-        m2 = em[:, None] & hm[None, :]
-        at = e[:, None] * H + h[None, :]
-        j = tl.load(col + e, mask=em, other=0)
+        e, _, m2, j, at = attn.row_block(e0, end, col, h, hm, H, BE)
         z = _score(s, es, j, e, h, H, m2, di, ACC, HAS_EDGE)
-        a = tl.load(alpha + at, mask=m2, other=0).to(ACC)
-        ge = a * (tl.load(dz + at, mask=m2, other=0).to(ACC) - c[None, :])
+        ge = attn.score_grads(alpha, dz, at, m2, c, ACC)
         ge = tl.where(z > 0, ge, slope * ge)
-        g += tl.sum(tl.where(m2, ge, 0.0), axis=0)
+        g += tl.sum(ge, axis=0)
         tl.store(dz + at, ge.to(dz.dtype.element_ty), mask=m2)
     tl.store(gd + i * H + h, g.to(gd.dtype.element_ty), mask=hm)
 
@@ -152,58 +91,26 @@ def _gat_grad_src_kernel(tptr, trow, perm, seedp, drop, consts, alpha, G, dz, gx
                          BE: tl.constexpr, BH: tl.constexpr, BF: tl.constexpr, ACC: tl.constexpr):
     """Source j (column j's entries e = perm[..], rows i = trow[..], in row order):
     gx[j, h, :] = sum of the dropped-out alpha[e, h] G[i, h, :], gs[j, h] = sum of dz[e, h]."""
-    jj = tl.program_id(0)
+    jj, start, end = attn.span(tptr)
     scale = tl.load(consts)
-    h = tl.arange(0, BH)
-    f = tl.arange(0, BF)
-    hm = h < H
-    hf = h[:, None] * F + f[None, :]
-    hfm = hm[:, None] & (f < F)[None, :]
-    start = tl.load(tptr + jj)
-    end = tl.load(tptr + jj + 1)
+    h, hm, hf, hfm, HF = attn.tile(H, F, BH, BF)
     acc = tl.zeros((BH, BF), ACC)
     g = tl.zeros((BH,), ACC)
     for t0 in range(start, end, BE):
-        t = t0 + tl.arange(0, BE)
-        tm = t < end
-        m2 = tm[:, None] & hm[None, :]
-        e = tl.load(perm + t, mask=tm, other=0)
-        i = tl.load(trow + t, mask=tm, other=0)
-        at = e[:, None] * H + h[None, :]
-        w = tl.where(m2, _weights(tl.load(alpha + at, mask=m2, other=0).to(ACC), e, h, H, seedp, drop, scale,
-                                  DROP), 0.0)
-        Gi = tl.load(G + i[:, None, None] * (H * F) + hf[None, :, :], mask=tm[:, None, None] & hfm[None, :, :],
-                     other=0).to(ACC)
+        tm, m2, e, i, at = attn.column_block(t0, end, perm, trow, h, hm, H, BE)
+        w = attn.dropped(alpha, at, m2, e, h, H, seedp, drop, scale, DROP, ACC)
+        Gi = attn.gather(G, i, tm, hf, hfm, HF, ACC)
         acc += tl.sum(w[:, :, None] * Gi, axis=0)
         g += tl.sum(tl.load(dz + at, mask=m2, other=0).to(ACC), axis=0)
-    tl.store(gx + jj * (H * F) + hf, acc.to(gx.dtype.element_ty), mask=hfm)
+    tl.store(gx + jj * HF + hf, acc.to(gx.dtype.element_ty), mask=hfm)
     tl.store(gs + jj * H + h, g.to(gs.dtype.element_ty), mask=hm)
-
-
-def _consts(x: torch.Tensor, scale: float, slope: float) -> torch.Tensor:
-    """(scale, slope) on x's device in the kernels' accumulation type: a float argument
-    reaches a Triton kernel as float32, which would round float64's LeakyReLU slope."""
-    return torch.tensor([scale, slope], dtype=torch.float64 if x.dtype == torch.float64 else torch.float32,
-                        device=x.device)
-
-
-def _blocks(x: torch.Tensor):
-    _, H, F = x.shape
-    return dict(BE=BLOCK_E, BH=block(H), BF=block(F), ACC=acc_type(x.dtype))
 
 
 def gat(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
         slope: float):
     """(out (n, H, F), alpha (nnz, H)): attention over each row's entries and the rows of
     x it weighs, one program per row."""
-    P = pattern(A)
-    n, (_, H, F) = A.nrows, x.shape
-    out = torch.empty(n, H, F, dtype=x.dtype, device=x.device)
-    alpha = torch.empty(P.col.shape[0], H, dtype=x.dtype, device=x.device)
-    if n and H:
-        _gat_forward_kernel[(n,)](P.ptr, P.col, x, s, d, e, seed, drop, _consts(x, scale, slope), alpha, out, H,
-                                  F, DROP=bool(drop), HAS_EDGE=e is not None, **_blocks(x))
-    return out, alpha
+    return attn.forward(_gat_forward_kernel, A, x, (x, s, d, e), seed, drop, scale, slope, HAS_EDGE=e is not None)
 
 
 def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, seed, drop: int, scale: float,
@@ -211,18 +118,8 @@ def gat_grad(A: CSRView, x: torch.Tensor, s: torch.Tensor, d: torch.Tensor, e, s
     """(gx, gs, gd, ge): the gradients of gat's out (G) and alpha (galpha, or None) back to
     x, s, d and e: by rows (the scores' gradient dz, which is e's, and gd), then by
     sources (gx, gs)."""
-    P = pattern(A)
-    n, (m, H, F) = A.nrows, x.shape
-    dz = torch.empty_like(alpha)
     gd, gx, gs = torch.zeros_like(d), torch.zeros_like(x), torch.zeros_like(s)
-    if not (H and P.col.numel()):
-        return gx, gs, gd, dz
-    G = G.contiguous()
-    consts = _consts(x, scale, slope)
-    _gat_grad_rows_kernel[(n,)](P.ptr, P.col, x, s, d, e, seed, drop, consts, alpha, G, galpha, dz, gd, H, F,
-                                DROP=bool(drop), HAS_GALPHA=galpha is not None, HAS_EDGE=e is not None,
-                                **_blocks(x))
-    tptr, trow, perm = transpose(P)
-    _gat_grad_src_kernel[(m,)](tptr, trow, perm, seed, drop, consts, alpha, G, dz, gx, gs, H, F, DROP=bool(drop),
-                               **_blocks(x))
+    dz = attn.grad(A, x, seed, drop, scale, slope, alpha, G, galpha,
+                   attn.Pass(_gat_grad_rows_kernel, (x, s, d, e), (gd,), {"HAS_EDGE": e is not None}),
+                   attn.Pass(_gat_grad_src_kernel, (), (gx, gs), {}))
     return gx, gs, gd, dz
