@@ -1,18 +1,13 @@
 #ifndef TSGU_IN_TEMPLATE
-/* gatv2_forward.c: GATv2 attention (Brody et al.) over the stored entries of each row of
- * A (n x m), H heads of C features, row i a target node attending to its sources j:
- *     u_ijhc = xl[j,h,c] + xr[i,h,c] (+ et[e,h,c], the entry's edge term, when given)
- *     z_ijh  = sum_c att[h,c] * (u_ijhc > 0 ? u_ijhc : slope * u_ijhc)  (+ b[e,h] when given)
- *     alpha_ijh = exp(z_ijh) / sum_{j' in row i} exp(z_ij'h)
- *     out[i,h,:] = sum_{j in row i} alpha_ijh * m_ijh * xl[j,h,:]
- * m_ijh = 0 for a dropped (entry, head) and scale for a kept one (tsgu_gat_draw, the
- * draw of gat_forward.c: one seed, one mask), 1 without dropout.  The LeakyReLU sits
- * inside the sum over c, so each score is computed from the two rows on the fly:
- * nothing of size nnz x H x C exists.  alpha is written before dropout.  Per row: one
- * pass checking the columns and writing the scores with their max per head, one
- * replacing them by their shifted exps (summed in double, in entry order), one
- * normalising them and adding the rows xl[j] into out[i].  Each row is done by one
- * thread, so the bits do not depend on the thread count. */
+/* gatv2_forward.c: GATv2 attention (Brody et al.), over H heads of C features: the
+ * attention of gat_forward.c (softmax over each row's entries, alpha written before
+ * dropout, the same dropout draw, the rows xl[j] aggregated into out[i], its three
+ * passes per row, one thread a row), with the score of entry (i, j)
+ *     z_ijh = sum_c att[h,c] * LeakyReLU(u_ijhc)  (+ b[e,h] when given),
+ *     u_ijhc = xl[j,h,c] + xr[i,h,c]  (+ et[e,h,c], the entry's edge term, when given)
+ * in place of LeakyReLU(s[j,h] + d[i,h]).  The LeakyReLU sits inside the sum over c,
+ * so each score is computed from the two rows on the fly: nothing of size nnz x H x C
+ * exists. */
 #include <stdlib.h>
 #include "tsgu.h"
 #include "tsgu_gat.h"

@@ -1,12 +1,13 @@
 /* glue.h: what the glue files (module.c, glue_*.c: the only C files that know
  * about Python) share; private to them.
  *
- * Tensors arrive through DLPack, zero-copy (module.c: take).  Each entry point:
+ * Tensors arrive through DLPack, zero-copy (module.c: take).  Each entry point
  * takes its tensors into a `call`, re-checks device, dtype, shape and strides
  * while building the kernel views (glue_views.c), releases the GIL around the
  * kernel, and leaves through finish(), which gives every tensor back and maps
- * the kernel's status to an exception.  Outputs are allocated by the caller
- * (torch.empty) and written in place.
+ * the kernel's status to an exception; most do it all through one thunk, from
+ * a table (below).  Outputs are allocated by the caller (torch.empty) and
+ * written in place.
  *
  * The functions declared here are defined once, in the file named beside them,
  * where their comments are; the accessors are inline, for the per-call path.
@@ -73,6 +74,8 @@ int raise_coo_range(const int64_t *idx, int64_t ld, int64_t sd, const int64_t *s
 /* ---- accessors of a taken tensor ---- */
 static inline const DLTensor *dl(const held *h) { return &h->mt->dl_tensor; }
 static inline void *data_of(const held *h) { return (char *)dl(h)->data + dl(h)->byte_offset; }
+/* of an optional tensor: NULL for none */
+static inline void *data_or_null(const held *h) { return h ? data_of(h) : NULL; }
 
 static inline int64_t numel(const DLTensor *t)
 {
@@ -109,44 +112,72 @@ int take_coo(call *c, PyObject *oi, PyObject *osizes, int64_t *sizes, int64_t *s
              int64_t *nnz);
 int take_row_ptr(call *c, PyObject *optr, int64_t R);
 
-/* ---- the entry points, by family: the method table is in module.c ---- */
-/* glue_mm.c: sparse_mm's products and the structures they read */
-PyObject *py_spmm(PyObject *self, PyObject *args);
-PyObject *py_spmm_t(PyObject *self, PyObject *args);
-PyObject *py_spmm_coo(PyObject *self, PyObject *args);
-PyObject *py_sddmm(PyObject *self, PyObject *args);
-PyObject *py_csr_check(PyObject *self, PyObject *args);
-PyObject *py_csr_transpose(PyObject *self, PyObject *args);
-PyObject *py_coo_row_ptr(PyObject *self, PyObject *args);
-/* glue_reduce.c: sparse_mm's amax/amin kernels */
-PyObject *py_spmm_arg(PyObject *self, PyObject *args);
-PyObject *py_spmm_t_arg(PyObject *self, PyObject *args);
-PyObject *py_sddmm_arg(PyObject *self, PyObject *args);
-/* glue_spgemm.c: sparse_mm's sparse @ sparse kernels */
-PyObject *py_spgemm(PyObject *self, PyObject *args);
-PyObject *py_spgemm_grad(PyObject *self, PyObject *args);
-/* glue_solve.c: solves */
-PyObject *py_trisolve(PyObject *self, PyObject *args);
-PyObject *py_cg(PyObject *self, PyObject *args);
-PyObject *py_minres(PyObject *self, PyObject *args);
-/* glue_grouped.c: gather_mm, segment_mm */
-PyObject *py_group_rows(PyObject *self, PyObject *args);
-PyObject *py_grouped_mm(PyObject *self, PyObject *args);
-PyObject *py_grouped_mm_tn(PyObject *self, PyObject *args);
-/* glue_lse.c: sparse_logsumexp */
-PyObject *py_lse_rows(PyObject *self, PyObject *args);
-PyObject *py_lse_cols(PyObject *self, PyObject *args);
-PyObject *py_lse_grad(PyObject *self, PyObject *args);
-/* glue_softmax.c: sparse_softmax, sparse_log_softmax */
-PyObject *py_softmax_rows(PyObject *self, PyObject *args);
-PyObject *py_softmax_grad(PyObject *self, PyObject *args);
-/* glue_gat.c: graph_attention */
-PyObject *py_gat_forward(PyObject *self, PyObject *args);
-PyObject *py_gat_grad_scores(PyObject *self, PyObject *args);
-PyObject *py_gat_grad_src(PyObject *self, PyObject *args);
-/* glue_gatv2.c: graph_attention_v2 */
-PyObject *py_gatv2_forward(PyObject *self, PyObject *args);
-PyObject *py_gatv2_grad(PyObject *self, PyObject *args);
+/* ---- the entry points from tables ----
+ * A glue_<family>.c declares each entry point by one ENTRY line (its argument letters, its
+ * check and kernel functions, the names of its tensors for messages) and lists them with
+ * their docstrings in its method table (METHOD lines), which module.c adds to the module.
+ * thunk() parses the arguments by their letters into a frame, taking the tensors, then
+ * runs check with the GIL (validate, build the views in the frame) and kernel without it
+ * (call the kernel on them), and leaves through finish().  The few that do not fit (a
+ * workspace, a status mapped after the kernel, a Python call between two kernels) are
+ * written out, in the same tables. */
+#define MAX_ARGS 24       /* the most letters of an entry (gatv2_grad has 22) */
+
+/* one argument, as its letter in entry.args says: t a tensor, n a tensor or None (.t,
+ * NULL for None), L int64 (.L), i int, p flag (.i), K uint64 (.K), d float (.d); those
+ * after '|' may be left out (zero) */
+typedef union {
+    const held *t;
+    long long L;
+    int i;
+    unsigned long long K;
+    double d;
+} arg;
+
+typedef struct {
+    call c;
+    arg a[MAX_ARGS];      /* the arguments, by position */
+    tsgu_csr A, B, C;     /* the views check builds for kernel, */
+    tsgu_dense X, Y, Z;
+    union {               /* and a family's own */
+        tsgu_gat gat;
+        tsgu_gatv2 gatv2;
+        struct {
+            tsgu_groups g;
+            int itype;        /* group_rows: of its relation indices */
+        } groups;
+        struct {
+            tsgu_krylov_opts opts;
+            tsgu_krylov_info info;
+        } krylov;
+    } u;
+} frame;
+
+typedef struct {
+    const char *args;
+    const char *const *tensors;
+    int (*check)(frame *f);         /* 0, or -1 with an exception */
+    int (*kernel)(frame *f);        /* a status */
+    PyObject *(*result)(frame *f);  /* after success, the return value; NULL: None */
+} entry;
+
+PyObject *thunk(const entry *e, PyObject *args);
+
+/* the entry point <name>: py_<name>, and its line in a method table */
+#define ENTRY(name, args, check, kernel, result, ...)                                                   \
+    static const entry name##_entry = {args, (const char *const[]){__VA_ARGS__}, check, kernel, result}; \
+    static PyObject *py_##name(PyObject *self, PyObject *a)                                             \
+    {                                                                                                   \
+        (void)self;                                                                                     \
+        return thunk(&name##_entry, a);                                                                 \
+    }
+#define METHOD(name, doc) {#name, py_##name, METH_VARARGS, doc}
+/* the names of a CSR pattern's arguments */
+#define CSR_NAMES "crow_indices", "col_indices"
+
+/* the method tables of the families */
+extern PyMethodDef glue_mm[], glue_reduce[], glue_spgemm[], glue_solve[], glue_grouped[], glue_lse[],
+    glue_softmax[], glue_gat[];
 #ifdef TSGU_CUDA
 /* glue_cuda.c: the CUDA kernels (csrc/cuda/) */
 PyObject *py_cuda_csr_check(PyObject *self, PyObject *args);

@@ -20,71 +20,58 @@ static int make_groups(const held *off, const held *perm, int64_t n, tsgu_groups
 
 /* ---- group_rows(idx, R, off, perm) ----
  * off (R+1,), perm (n,): the rows grouped by idx[i] in [0, R), a stable counting sort */
-PyObject *py_group_rows(PyObject *self, PyObject *args)
+static int group_rows_check(frame *f)
 {
-    (void)self;
-    PyObject *o[3];
-    long long R;
-    int status, it;
-    call c = {0};
-    tsgu_groups g;
-    if (!PyArg_ParseTuple(args, "OLOO", &o[0], &R, &o[1], &o[2])) return NULL;
-    const char *names[3] = {"idx_b", "off", "perm"};
-    const held *h = c.t;
-    if (take_all(&c, o, names, 3) || (it = index_type(&h[0])) < 0 || need_contiguous(&h[0]))
-        return finish(&c, -1);
-    if (R < 0 || numel(dl(&h[1])) != R + 1) {
+    const arg *a = f->a;
+    long long R = a[1].L;
+    if ((f->u.groups.itype = index_type(a[0].t)) < 0 || need_contiguous(a[0].t)) return -1;
+    if (R < 0 || numel(dl(a[2].t)) != R + 1) {
         PyErr_SetString(PyExc_ValueError, "off must hold R+1 offsets, R >= 0");
-        return finish(&c, -1);
+        return -1;
     }
-    int64_t n = numel(dl(&h[0]));
-    if (make_groups(&h[1], &h[2], n, &g)) return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_group_rows(data_of(&h[0]), it, n, R, (int64_t *)g.off, (int64_t *)g.perm);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    return make_groups(a[2].t, a[3].t, numel(dl(a[0].t)), &f->u.groups.g);
+}
+static int group_rows_kernel(frame *f)
+{
+    const arg *a = f->a;
+    const tsgu_groups *g = &f->u.groups.g;
+    return tsgu_group_rows(data_of(a[0].t), f->u.groups.itype, numel(dl(a[0].t)), a[1].L, (int64_t *)g->off,
+                           (int64_t *)g->perm);
 }
 
 /* ---- grouped_mm(off, perm, A, M, C, nthreads) / grouped_mm_tn(off, perm, A, G, out, nthreads) ----
  * C[i,:] = A[i,:] @ M[r] for the rows i of group r: A (n, K), M (R, K, P), C (n, P);
  * out[r] = sum over the rows i of group r of A[i,:]^T G[i,:]: G (n, P), out (R, K, P).
  * perm may be None (group r is the rows off[r]..off[r+1]-1). */
-static PyObject *grouped_either(PyObject *args, int tn)
+static int grouped_either(frame *f, int tn)
 {
-    PyObject *o[5];
-    int nthreads, status, rt;
-    call c = {0};
-    tsgu_groups g;
-    tsgu_dense A, X, Y;
-    if (!PyArg_ParseTuple(args, "OOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &nthreads)) return NULL;
-    int has_perm = o[1] != Py_None;
-    PyObject *objs[5] = {o[0], o[2], o[3], o[4], o[1]};     /* perm last: it may be absent */
-    const char *names[5] = {"off", "a", tn ? "grad" : "b", "out", "perm"};
-    const held *h = c.t;
-    if (take_all(&c, objs, names, 4 + has_perm) || (rt = real_type(&h[1], 0)) < 0) return finish(&c, -1);
-    if (dl(&h[1])->ndim != 2) {
+    const arg *a = f->a;
+    int rt = real_type(a[2].t, 0);
+    if (rt < 0) return -1;
+    if (dl(a[2].t)->ndim != 2) {
         PyErr_SetString(PyExc_ValueError, "a must be 2D");
-        return finish(&c, -1);
+        return -1;
     }
-    int64_t n = dl(&h[1])->shape[0], K = dl(&h[1])->shape[1], P = last_dim(&h[3]);
-    if (make_groups(&h[0], has_perm ? &h[4] : NULL, n, &g) || make_dense(&h[1], 1, n, K, rt, &A) ||
-        (tn ? make_dense(&h[2], 1, n, P, rt, &X) || make_dense(&h[3], g.ngroups, K, P, rt, &Y)
-            : make_dense(&h[2], g.ngroups, K, P, rt, &X) || make_dense(&h[3], 1, n, P, rt, &Y)))
-        return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = tn ? tsgu_grouped_mm_tn(&g, &A, &X, &Y, nthreads) : tsgu_grouped_mm(&g, &A, &X, &Y, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    int64_t n = dl(a[2].t)->shape[0], K = dl(a[2].t)->shape[1], P = last_dim(a[4].t);
+    tsgu_groups *g = &f->u.groups.g;
+    return make_groups(a[0].t, a[1].t, n, g) || make_dense(a[2].t, 1, n, K, rt, &f->Z) ||
+           (tn ? make_dense(a[3].t, 1, n, P, rt, &f->X) || make_dense(a[4].t, g->ngroups, K, P, rt, &f->Y)
+               : make_dense(a[3].t, g->ngroups, K, P, rt, &f->X) || make_dense(a[4].t, 1, n, P, rt, &f->Y));
+}
+static int grouped_mm_check(frame *f) { return grouped_either(f, 0); }
+static int grouped_mm_tn_check(frame *f) { return grouped_either(f, 1); }
+static int grouped_mm_kernel(frame *f) { return tsgu_grouped_mm(&f->u.groups.g, &f->Z, &f->X, &f->Y, f->a[5].i); }
+static int grouped_mm_tn_kernel(frame *f)
+{
+    return tsgu_grouped_mm_tn(&f->u.groups.g, &f->Z, &f->X, &f->Y, f->a[5].i);
 }
 
-PyObject *py_grouped_mm(PyObject *self, PyObject *args)
-{
-    (void)self;
-    return grouped_either(args, 0);
-}
+ENTRY(group_rows, "tLtt", group_rows_check, group_rows_kernel, NULL, "idx_b", "off", "perm")
+ENTRY(grouped_mm, "tnttti", grouped_mm_check, grouped_mm_kernel, NULL, "off", "perm", "a", "b", "out")
+ENTRY(grouped_mm_tn, "tnttti", grouped_mm_tn_check, grouped_mm_tn_kernel, NULL, "off", "perm", "a", "grad", "out")
 
-PyObject *py_grouped_mm_tn(PyObject *self, PyObject *args)
-{
-    (void)self;
-    return grouped_either(args, 1);
-}
+PyMethodDef glue_grouped[] = {
+    METHOD(group_rows, "group_rows(idx, R, off, perm): counting sort by relation"),
+    METHOD(grouped_mm, "grouped_mm(off, perm, a, b, out, nthreads)"),
+    METHOD(grouped_mm_tn, "grouped_mm_tn(off, perm, a, grad, out, nthreads)"),
+    {NULL, NULL, 0, NULL}};

@@ -12,88 +12,60 @@ static int make_lse_array(const held *h, int64_t rows, int64_t cols, int rt, int
  * or None: of the whole item.
  * ---- lse_cols(ptr, col, val, batch, n, m, include_zeros, out, nthreads) ----
  * out (batch, w >= m): out[k, j] = log-sum-exp of column j of item k. */
-static PyObject *lse_either(PyObject *args, int cols)
+static int lse_either(frame *f, int cols)
 {
-    PyObject *o[5] = {NULL};
-    long long batch, n, m;
-    int zeros, nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense out, item = {0};
-    int ok = cols ? PyArg_ParseTuple(args, "OOOLLLpOi", &o[0], &o[1], &o[2], &batch, &n, &m, &zeros,
-                                     &o[3], &nthreads)
-                  : PyArg_ParseTuple(args, "OOOLLLpOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &zeros,
-                                     &o[3], &o[4], &nthreads);
-    if (!ok) return NULL;
-    int has_item = o[4] && o[4] != Py_None;
-    const char *names[5] = {"crow_indices", "col_indices", "values", "out", "item_out"};
-    const held *h = c.t;
-    if (take_all(&c, o, names, 4 + has_item) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 0))
-        return finish(&c, -1);
-    int64_t w = dl(&h[3])->ndim == 2 ? dl(&h[3])->shape[1] : -1, need = cols ? m : n;
+    const arg *a = f->a;
+    const held *out = a[7].t, *item = cols ? NULL : a[8].t;
+    long long batch = a[3].L;
+    if (make_csr(a[0].t, a[1].t, a[2].t, batch, a[4].L, a[5].L, &f->A, 0)) return -1;
+    int64_t w = dl(out)->ndim == 2 ? dl(out)->shape[1] : -1, need = cols ? a[5].L : a[4].L;
     if (w < need) {
         PyErr_Format(PyExc_ValueError, "out must be 2D with at least %lld columns", (long long)need);
-        return finish(&c, -1);
+        return -1;
     }
-    if (make_lse_array(&h[3], batch, w, A.rtype, 0, &out) ||
-        (has_item && make_lse_array(&h[4], 1, batch, A.rtype, 1, &item)))
-        return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = cols ? tsgu_lse_cols(&A, zeros, out.data, out.rstride, nthreads)
-                  : tsgu_lse_rows(&A, zeros, out.data, out.rstride, item.data, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    return make_lse_array(out, batch, w, f->A.rtype, 0, &f->X) ||
+           (item && make_lse_array(item, 1, batch, f->A.rtype, 1, &f->Y));
 }
-
-PyObject *py_lse_rows(PyObject *self, PyObject *args)
+static int lse_rows_check(frame *f) { return lse_either(f, 0); }
+static int lse_cols_check(frame *f) { return lse_either(f, 1); }
+static int lse_rows_kernel(frame *f)
 {
-    (void)self;
-    return lse_either(args, 0);
+    return tsgu_lse_rows(&f->A, f->a[6].i, f->X.data, f->X.rstride, f->Y.data, f->a[9].i);
 }
-
-PyObject *py_lse_cols(PyObject *self, PyObject *args)
-{
-    (void)self;
-    return lse_either(args, 1);
-}
+static int lse_cols_kernel(frame *f) { return tsgu_lse_cols(&f->A, f->a[6].i, f->X.data, f->X.rstride, f->a[8].i); }
 
 /* ---- lse_grad(ptr, col, val, batch, n, m, row_lse, row_grad, col_lse, col_grad, out, nthreads) ----
  * out (1, nnz) = d(sum of row_grad * row lse + col_grad * col lse)/d values; row_lse and
  * row_grad (batch, n) contiguous, or both None; col_lse and col_grad (batch, m), or None. */
-PyObject *py_lse_grad(PyObject *self, PyObject *args)
+static int lse_grad_check(frame *f)
 {
-    (void)self;
-    PyObject *o[8];
-    long long batch, n, m;
-    int nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    const void *arr[4] = {NULL};
-    if (!PyArg_ParseTuple(args, "OOOLLLOOOOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
-                          &o[5], &o[6], &o[7], &nthreads))
-        return NULL;
-    if ((o[3] == Py_None) != (o[4] == Py_None) || (o[5] == Py_None) != (o[6] == Py_None)) {
-        PyErr_SetString(PyExc_ValueError, "row_lse/row_grad and col_lse/col_grad come in pairs");
-        return NULL;
-    }
-    PyObject *objs[4] = {o[0], o[1], o[2], o[7]};
-    const char *names[4] = {"crow_indices", "col_indices", "values", "out"};
-    const char *opt_names[4] = {"row_lse", "row_grad", "col_lse", "col_grad"};
-    const held *h = c.t;
+    const arg *a = f->a;
     tsgu_dense D;
-    if (take_all(&c, objs, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 0) ||
-        make_lse_array(&h[3], 1, A.nnz, A.rtype, 1, &D))
-        return finish(&c, -1);
-    for (int i = 0; i < 4; i++) {
-        if (o[3 + i] == Py_None) continue;
-        const held *t = &c.t[c.count];
-        if (take(&c, o[3 + i], opt_names[i]) || make_lse_array(t, batch, i < 2 ? n : m, A.rtype, 1, &D))
-            return finish(&c, -1);
-        arr[i] = D.data;
+    if (!a[6].t != !a[7].t || !a[8].t != !a[9].t) {
+        PyErr_SetString(PyExc_ValueError, "row_lse/row_grad and col_lse/col_grad come in pairs");
+        return -1;
     }
-    void *out = data_of(&h[3]);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_lse_grad(&A, arr[0], arr[1], arr[2], arr[3], out, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    if (make_csr(a[0].t, a[1].t, a[2].t, a[3].L, a[4].L, a[5].L, &f->A, 0) ||
+        make_lse_array(a[10].t, 1, f->A.nnz, f->A.rtype, 1, &D))
+        return -1;
+    for (int i = 0; i < 4; i++)
+        if (a[6 + i].t && make_lse_array(a[6 + i].t, a[3].L, i < 2 ? a[4].L : a[5].L, f->A.rtype, 1, &D)) return -1;
+    return 0;
 }
+static int lse_grad_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_lse_grad(&f->A, data_or_null(a[6].t), data_or_null(a[7].t), data_or_null(a[8].t),
+                         data_or_null(a[9].t), data_of(a[10].t), a[11].i);
+}
+
+ENTRY(lse_rows, "tttLLLptni", lse_rows_check, lse_rows_kernel, NULL, CSR_NAMES, "values", "out", "item_out")
+ENTRY(lse_cols, "tttLLLpti", lse_cols_check, lse_cols_kernel, NULL, CSR_NAMES, "values", "out")
+ENTRY(lse_grad, "tttLLLnnnnti", lse_grad_check, lse_grad_kernel, NULL, CSR_NAMES, "values", "row_lse", "row_grad",
+      "col_lse", "col_grad", "out")
+
+PyMethodDef glue_lse[] = {
+    METHOD(lse_rows, "lse_rows(crow, col, values, batch, n, m, include_zeros, out, item_out, nthreads)"),
+    METHOD(lse_cols, "lse_cols(crow, col, values, batch, n, m, include_zeros, out, nthreads)"),
+    METHOD(lse_grad, "lse_grad(crow, col, values, batch, n, m, row_lse, row_grad, col_lse, col_grad, out, nthreads)"),
+    {NULL, NULL, 0, NULL}};

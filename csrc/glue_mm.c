@@ -9,42 +9,21 @@
  * ---- spmm_t(ptr, col, val, batch, n, m, G, out, nthreads[, mean]) ----
  * out[k] = A[k]^T @ G[k]; G (batch, n, p), out (batch, m, p).
  * With mean (reduce="mean"), A is D^-1 A: each row divided by its entry count. */
-static PyObject *spmm_either(PyObject *args, int transposed)
+static int spmm_either(frame *f, int transposed)
 {
-    PyObject *o[5];
-    long long batch, n, m;
-    int nthreads, status, mean = 0;
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense X, Y;
-    if (!PyArg_ParseTuple(args, "OOOLLLOOi|p", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4],
-                          &nthreads, &mean))
-        return NULL;
-    const char *names[5] = {"crow_indices", "col_indices", "values", transposed ? "grad" : "B", "out"};
-    const held *h = c.t;
-    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 1) ||
-        make_dense(&h[3], batch, transposed ? n : m, last_dim(&h[4]), A.rtype, &X) ||
-        make_dense(&h[4], batch, transposed ? m : n, last_dim(&h[4]), A.rtype, &Y) ||
-        need_contiguous(&h[4]))
-        return finish(&c, -1);
-    A.row_mean = mean;
-    Py_BEGIN_ALLOW_THREADS
-    status = transposed ? tsgu_spmm_t(&A, &X, &Y, nthreads) : tsgu_spmm(&A, &X, &Y, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    long long batch = a[3].L, n = a[4].L, m = a[5].L;
+    if (make_csr(a[0].t, a[1].t, a[2].t, batch, n, m, &f->A, 1) ||
+        make_dense(a[6].t, batch, transposed ? n : m, last_dim(a[7].t), f->A.rtype, &f->X) ||
+        make_dense(a[7].t, batch, transposed ? m : n, last_dim(a[7].t), f->A.rtype, &f->Y) || need_contiguous(a[7].t))
+        return -1;
+    f->A.row_mean = a[9].i;
+    return 0;
 }
-
-PyObject *py_spmm(PyObject *self, PyObject *args)
-{
-    (void)self;
-    return spmm_either(args, 0);
-}
-
-PyObject *py_spmm_t(PyObject *self, PyObject *args)
-{
-    (void)self;
-    return spmm_either(args, 1);
-}
+static int spmm_check(frame *f) { return spmm_either(f, 0); }
+static int spmm_t_check(frame *f) { return spmm_either(f, 1); }
+static int spmm_kernel(frame *f) { return tsgu_spmm(&f->A, &f->X, &f->Y, f->a[8].i); }
+static int spmm_t_kernel(frame *f) { return tsgu_spmm_t(&f->A, &f->X, &f->Y, f->a[8].i); }
 
 /* ---- spmm_coo(indices, values, sizes, B, C, rows_per_entry, nthreads) -> bool ----
  * spmm of a COO A given by its indices ((2|3, nnz) int64) and values (nnz,), in one
@@ -55,7 +34,7 @@ PyObject *py_spmm_t(PyObject *self, PyObject *args)
  * coalesces them, or raises the error of a tensor flagged coalesced that is not),
  * index rows not unit-stride, or A hypersparse (more than rows_per_entry * (nnz + 1)
  * rows in its block diagonal). */
-PyObject *py_spmm_coo(PyObject *self, PyObject *args)
+static PyObject *py_spmm_coo(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *o[4], *osizes;
@@ -116,75 +95,43 @@ PyObject *py_spmm_coo(PyObject *self, PyObject *args)
 /* ---- sddmm(ptr, col, batch, n, m, G, B, out, nthreads[, mean]) ----
  * out[e] = dot(G[k][i,:], B[k][j,:]) at every stored entry (k, i, j), divided by the
  * entry count of row i with mean (reduce="mean"). */
-PyObject *py_sddmm(PyObject *self, PyObject *args)
+static int sddmm_check(frame *f)
 {
-    (void)self;
-    PyObject *o[5];
-    long long batch, n, m;
-    int nthreads, status, mean = 0;
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense G, B;
-    if (!PyArg_ParseTuple(args, "OOLLLOOOi|p", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
-                          &nthreads, &mean))
-        return NULL;
-    const char *names[5] = {"crow_indices", "col_indices", "grad", "B", "out"};
-    const held *h = c.t;
+    const arg *a = f->a;
+    long long batch = a[2].L, n = a[3].L, m = a[4].L;
     /* out is checked as the value array of the pattern: one float per entry */
-    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], &h[4], batch, n, m, &A, 1) ||
-        make_dense(&h[2], batch, n, last_dim(&h[2]), A.rtype, &G) ||
-        make_dense(&h[3], batch, m, last_dim(&h[2]), A.rtype, &B))
-        return finish(&c, -1);
-    A.row_mean = mean;
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_sddmm(&A, &G, &B, (void *)A.val, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    if (make_csr(a[0].t, a[1].t, a[7].t, batch, n, m, &f->A, 1) ||
+        make_dense(a[5].t, batch, n, last_dim(a[5].t), f->A.rtype, &f->X) ||
+        make_dense(a[6].t, batch, m, last_dim(a[5].t), f->A.rtype, &f->Y))
+        return -1;
+    f->A.row_mean = a[9].i;
+    return 0;
 }
+static int sddmm_kernel(frame *f) { return tsgu_sddmm(&f->A, &f->X, &f->Y, (void *)f->A.val, f->a[8].i); }
 
 /* ---- csr_check(ptr, col, batch, n, m, nthreads) ----
  * raises ValueError unless (ptr, col) is a well-formed CSR structure */
-PyObject *py_csr_check(PyObject *self, PyObject *args)
+static int csr_check_check(frame *f)
 {
-    (void)self;
-    PyObject *o[2];
-    long long batch, n, m;
-    int nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    if (!PyArg_ParseTuple(args, "OOLLLi", &o[0], &o[1], &batch, &n, &m, &nthreads)) return NULL;
-    const char *names[2] = {"crow_indices", "col_indices"};
-    if (take_all(&c, o, names, 2) || make_csr(&c.t[0], &c.t[1], NULL, batch, n, m, &A, 0))
-        return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_csr_check(&A, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    return make_csr(a[0].t, a[1].t, NULL, a[2].L, a[3].L, a[4].L, &f->A, 0);
 }
+static int csr_check_kernel(frame *f) { return tsgu_csr_check(&f->A, f->a[5].i); }
 
 /* ---- csr_transpose(ptr, col, batch, n, m, tptr, trow, tperm, nthreads) ----
  * the pattern of every item's transpose, in the global layout (batch*m+1 pointers) */
-PyObject *py_csr_transpose(PyObject *self, PyObject *args)
+static int csr_transpose_check(frame *f)
 {
-    (void)self;
-    PyObject *o[5];
-    long long batch, n, m;
-    int nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    if (!PyArg_ParseTuple(args, "OOLLLOOOi", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4],
-                          &nthreads))
-        return NULL;
-    const char *names[5] = {"crow_indices", "col_indices", "tptr", "trow", "tperm"};
-    const held *h = c.t;
-    if (take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A, 0) ||
-        index_array(&h[2], &A, batch * m + 1, names[0]) || index_array(&h[3], &A, A.nnz, names[0]) ||
-        index_array(&h[4], &A, A.nnz, names[0]))
-        return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_csr_transpose(&A, data_of(&h[2]), data_of(&h[3]), data_of(&h[4]), nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    const char *like = a[0].t->name;
+    return make_csr(a[0].t, a[1].t, NULL, a[2].L, a[3].L, a[4].L, &f->A, 0) ||
+           index_array(a[5].t, &f->A, a[2].L * a[4].L + 1, like) || index_array(a[6].t, &f->A, f->A.nnz, like) ||
+           index_array(a[7].t, &f->A, f->A.nnz, like);
+}
+static int csr_transpose_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_csr_transpose(&f->A, data_of(a[5].t), data_of(a[6].t), data_of(a[7].t), a[8].i);
 }
 
 /* ---- coo_row_ptr(indices, sizes, ptr_or_None, nthreads[, probe]) ----
@@ -195,7 +142,7 @@ PyObject *py_csr_transpose(PyObject *self, PyObject *args)
  * (as a coalesced tensor's are), and False otherwise.  The
  * index rows may lie any distance apart (a view of a larger buffer, or an
  * expanded array): the kernel reads row d at d * stride(0). */
-PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
+static PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *oi, *osizes, *optr;
@@ -223,3 +170,21 @@ PyObject *py_coo_row_ptr(PyObject *self, PyObject *args)
     Py_DECREF(done);
     return PyBool_FromLong(coalesced);
 }
+
+ENTRY(spmm, "tttLLLtti|p", spmm_check, spmm_kernel, NULL, CSR_NAMES, "values", "B", "out")
+ENTRY(spmm_t, "tttLLLtti|p", spmm_t_check, spmm_t_kernel, NULL, CSR_NAMES, "values", "grad", "out")
+ENTRY(sddmm, "ttLLLttti|p", sddmm_check, sddmm_kernel, NULL, CSR_NAMES, "grad", "B", "out")
+ENTRY(csr_check, "ttLLLi", csr_check_check, csr_check_kernel, NULL, CSR_NAMES)
+ENTRY(csr_transpose, "ttLLLttti", csr_transpose_check, csr_transpose_kernel, NULL, CSR_NAMES, "tptr", "trow", "tperm")
+
+PyMethodDef glue_mm[] = {
+    METHOD(spmm, "spmm(crow, col, values, batch, n, m, B, out, nthreads[, mean])"),
+    METHOD(spmm_t, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads[, mean])"),
+    {"spmm_coo", py_spmm_coo, METH_VARARGS,
+     "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
+    METHOD(sddmm, "sddmm(crow, col, batch, n, m, G, B, out, nthreads[, mean])"),
+    METHOD(csr_check, "csr_check(crow, col, batch, n, m, nthreads): raises if malformed"),
+    METHOD(csr_transpose, "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"),
+    {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS,
+     "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads[, probe]) -> None, or coalesced with probe"},
+    {NULL, NULL, 0, NULL}};

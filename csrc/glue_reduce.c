@@ -22,87 +22,58 @@ static int arg_array(const held *h, int64_t batch, int64_t n, int64_t p)
 /* ---- spmm_arg(ptr, col, val, batch, n, m, B, C, arg_or_None, is_min, nthreads) ----
  * C[k][i,t] = max (min with is_min) over the entries e of row i of A.val[e] * B[k][col[e],t];
  * arg (batch, n, p) int32, or None when not wanted: the offset of e in its row, -1 for none. */
-PyObject *py_spmm_arg(PyObject *self, PyObject *args)
+static int spmm_arg_check(frame *f)
 {
-    (void)self;
-    PyObject *o[6];
-    long long batch, n, m;
-    int is_min, nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense B, C;
-    if (!PyArg_ParseTuple(args, "OOOLLLOOOpi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4], &o[5],
-                          &is_min, &nthreads))
-        return NULL;
-    int has_arg = o[5] != Py_None;
-    const char *names[6] = {"crow_indices", "col_indices", "values", "B", "out", "arg"};
-    const held *h = c.t;
-    if (take_all(&c, o, names, 5 + has_arg) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 1) ||
-        make_dense(&h[3], batch, m, last_dim(&h[4]), A.rtype, &B) ||
-        make_dense(&h[4], batch, n, last_dim(&h[4]), A.rtype, &C) || need_contiguous(&h[4]) ||
-        (has_arg && arg_array(&h[5], batch, n, C.cols)))
-        return finish(&c, -1);
-    int32_t *arg = has_arg ? data_of(&h[5]) : NULL;
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spmm_arg(&A, &B, &C, arg, is_min, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    long long batch = a[3].L, n = a[4].L, m = a[5].L;
+    return make_csr(a[0].t, a[1].t, a[2].t, batch, n, m, &f->A, 1) ||
+           make_dense(a[6].t, batch, m, last_dim(a[7].t), f->A.rtype, &f->X) ||
+           make_dense(a[7].t, batch, n, last_dim(a[7].t), f->A.rtype, &f->Y) || need_contiguous(a[7].t) ||
+           (a[8].t && arg_array(a[8].t, batch, n, f->Y.cols));
+}
+static int spmm_arg_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_spmm_arg(&f->A, &f->X, &f->Y, data_or_null(a[8].t), a[9].i, a[10].i);
 }
 
 /* ---- spmm_t_arg(ptr, col, val, batch, n, m, arg, G, out, nthreads) ----
  * out[k][j,t] = sum of A.val[e] * G[k][i,t] over the rows i whose arg entry e of column t
  * lies in column j: grad_B of spmm_arg; G (batch, n, p), out (batch, m, p). */
-PyObject *py_spmm_t_arg(PyObject *self, PyObject *args)
+static int spmm_t_arg_check(frame *f)
 {
-    (void)self;
-    PyObject *o[6];
-    long long batch, n, m;
-    int nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense G, out;
-    if (!PyArg_ParseTuple(args, "OOOLLLOOOi", &o[0], &o[1], &o[2], &batch, &n, &m, &o[3], &o[4], &o[5],
-                          &nthreads))
-        return NULL;
-    const char *names[6] = {"crow_indices", "col_indices", "values", "arg", "grad", "out"};
-    const held *h = c.t;
-    if (take_all(&c, o, names, 6) || make_csr(&h[0], &h[1], &h[2], batch, n, m, &A, 1) ||
-        make_dense(&h[4], batch, n, last_dim(&h[5]), A.rtype, &G) ||
-        make_dense(&h[5], batch, m, last_dim(&h[5]), A.rtype, &out) || need_contiguous(&h[5]) ||
-        arg_array(&h[3], batch, n, out.cols))
-        return finish(&c, -1);
-    const int32_t *arg = data_of(&h[3]);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spmm_t_arg(&A, arg, &G, &out, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    long long batch = a[3].L, n = a[4].L, m = a[5].L;
+    return make_csr(a[0].t, a[1].t, a[2].t, batch, n, m, &f->A, 1) ||
+           make_dense(a[7].t, batch, n, last_dim(a[8].t), f->A.rtype, &f->X) ||
+           make_dense(a[8].t, batch, m, last_dim(a[8].t), f->A.rtype, &f->Y) || need_contiguous(a[8].t) ||
+           arg_array(a[6].t, batch, n, f->Y.cols);
 }
+static int spmm_t_arg_kernel(frame *f) { return tsgu_spmm_t_arg(&f->A, data_of(f->a[6].t), &f->X, &f->Y, f->a[9].i); }
 
 /* ---- sddmm_arg(ptr, col, batch, n, m, arg, G, B, out, nthreads) ----
  * out[e] = sum of G[k][i,t] * B[k][col[e],t] over the columns t whose arg is e: grad of
  * spmm_arg w.r.t. A's values, shaped like col (out's dtype that of G and B). */
-PyObject *py_sddmm_arg(PyObject *self, PyObject *args)
+static int sddmm_arg_check(frame *f)
 {
-    (void)self;
-    PyObject *o[6];
-    long long batch, n, m;
-    int nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense G, B;
-    if (!PyArg_ParseTuple(args, "OOLLLOOOOi", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4], &o[5],
-                          &nthreads))
-        return NULL;
-    const char *names[6] = {"crow_indices", "col_indices", "arg", "grad", "B", "out"};
-    const held *h = c.t;
+    const arg *a = f->a;
+    long long batch = a[2].L, n = a[3].L, m = a[4].L;
     /* out is checked as the value array of the pattern: one value per entry */
-    if (take_all(&c, o, names, 6) || make_csr(&h[0], &h[1], &h[5], batch, n, m, &A, 1) ||
-        make_dense(&h[3], batch, n, last_dim(&h[3]), A.rtype, &G) ||
-        make_dense(&h[4], batch, m, last_dim(&h[3]), A.rtype, &B) || arg_array(&h[2], batch, n, G.cols))
-        return finish(&c, -1);
-    const int32_t *arg = data_of(&h[2]);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_sddmm_arg(&A, arg, &G, &B, (void *)A.val, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    return make_csr(a[0].t, a[1].t, a[8].t, batch, n, m, &f->A, 1) ||
+           make_dense(a[6].t, batch, n, last_dim(a[6].t), f->A.rtype, &f->X) ||
+           make_dense(a[7].t, batch, m, last_dim(a[6].t), f->A.rtype, &f->Y) || arg_array(a[5].t, batch, n, f->X.cols);
 }
+static int sddmm_arg_kernel(frame *f)
+{
+    return tsgu_sddmm_arg(&f->A, data_of(f->a[5].t), &f->X, &f->Y, (void *)f->A.val, f->a[9].i);
+}
+
+ENTRY(spmm_arg, "tttLLLttnpi", spmm_arg_check, spmm_arg_kernel, NULL, CSR_NAMES, "values", "B", "out", "arg")
+ENTRY(spmm_t_arg, "tttLLLttti", spmm_t_arg_check, spmm_t_arg_kernel, NULL, CSR_NAMES, "values", "arg", "grad", "out")
+ENTRY(sddmm_arg, "ttLLLtttti", sddmm_arg_check, sddmm_arg_kernel, NULL, CSR_NAMES, "arg", "grad", "B", "out")
+
+PyMethodDef glue_reduce[] = {
+    METHOD(spmm_arg, "spmm_arg(crow, col, values, batch, n, m, B, out, arg_or_None, is_min, nthreads)"),
+    METHOD(spmm_t_arg, "spmm_t_arg(crow, col, values, batch, n, m, arg, grad, out, nthreads)"),
+    METHOD(sddmm_arg, "sddmm_arg(crow, col, batch, n, m, arg, grad, B, out, nthreads)"),
+    {NULL, NULL, 0, NULL}};

@@ -21,60 +21,46 @@ static int check_heads(long long heads)
  * val, out (nnz, heads): the softmax (log-softmax with log) of every row's stored
  * values, each head on its own; the columns are checked unless cols_checked (the
  * caller has checked them: a COO tensor's indices). */
-PyObject *py_softmax_rows(PyObject *self, PyObject *args)
+static int softmax_rows_check(frame *f)
 {
-    (void)self;
-    PyObject *o[4];
-    long long batch, n, m, heads;
-    int is_log, cols_checked, nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    if (!PyArg_ParseTuple(args, "OOOLLLLppOi", &o[0], &o[1], &o[2], &batch, &n, &m, &heads, &is_log,
-                          &cols_checked, &o[3], &nthreads))
-        return NULL;
-    const char *names[4] = {"crow_indices", "col_indices", "values", "out"};
-    const held *h = c.t;
-    if (check_heads(heads) || take_all(&c, o, names, 4) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A, 1))
-        return finish(&c, -1);
-    int rt = real_type(&h[2], 1);
-    if (rt < 0) return finish(&c, -1);
-    A.rtype = rt;
-    A.val = data_of(&h[2]);
-    if (entry_array(&h[2], &A, heads) || entry_array(&h[3], &A, heads)) return finish(&c, -1);
-    void *out = data_of(&h[3]);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_softmax_rows(&A, heads, is_log, !cols_checked, out, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    long long heads = a[6].L;
+    if (check_heads(heads) || make_csr(a[0].t, a[1].t, NULL, a[3].L, a[4].L, a[5].L, &f->A, 1)) return -1;
+    int rt = real_type(a[2].t, 1);
+    if (rt < 0) return -1;
+    f->A.rtype = rt;
+    f->A.val = data_of(a[2].t);
+    return entry_array(a[2].t, &f->A, heads) || entry_array(a[9].t, &f->A, heads);
+}
+static int softmax_rows_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_softmax_rows(&f->A, a[6].L, a[7].i, !a[8].i, data_of(a[9].t), a[10].i);
 }
 
 /* ---- softmax_grad(ptr, col, batch, n, m, heads, y, g, log, out, nthreads) ----
  * y, g, out (nnz, heads): out = the gradient w.r.t. the values of y = softmax_rows
  * (log: log-softmax) for y's gradient g. */
-PyObject *py_softmax_grad(PyObject *self, PyObject *args)
+static int softmax_grad_check(frame *f)
 {
-    (void)self;
-    PyObject *o[5];
-    long long batch, n, m, heads;
-    int is_log, nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    if (!PyArg_ParseTuple(args, "OOLLLLOOpOi", &o[0], &o[1], &batch, &n, &m, &heads, &o[2], &o[3], &is_log,
-                          &o[4], &nthreads))
-        return NULL;
-    const char *names[5] = {"crow_indices", "col_indices", "y", "grad", "out"};
-    const held *h = c.t;
-    if (check_heads(heads) || take_all(&c, o, names, 5) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A, 1))
-        return finish(&c, -1);
-    int rt = real_type(&h[2], 1);
-    if (rt < 0) return finish(&c, -1);
-    A.rtype = rt;
-    if (entry_array(&h[2], &A, heads) || entry_array(&h[3], &A, heads) || entry_array(&h[4], &A, heads))
-        return finish(&c, -1);
-    const void *y = data_of(&h[2]), *g = data_of(&h[3]);
-    void *out = data_of(&h[4]);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_softmax_grad(&A, heads, y, g, is_log, out, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    long long heads = a[5].L;
+    if (check_heads(heads) || make_csr(a[0].t, a[1].t, NULL, a[2].L, a[3].L, a[4].L, &f->A, 1)) return -1;
+    int rt = real_type(a[6].t, 1);
+    if (rt < 0) return -1;
+    f->A.rtype = rt;
+    return entry_array(a[6].t, &f->A, heads) || entry_array(a[7].t, &f->A, heads) || entry_array(a[9].t, &f->A, heads);
 }
+static int softmax_grad_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_softmax_grad(&f->A, a[5].L, data_of(a[6].t), data_of(a[7].t), a[8].i, data_of(a[9].t), a[10].i);
+}
+
+ENTRY(softmax_rows, "tttLLLLppti", softmax_rows_check, softmax_rows_kernel, NULL, CSR_NAMES, "values", "out")
+ENTRY(softmax_grad, "ttLLLLttpti", softmax_grad_check, softmax_grad_kernel, NULL, CSR_NAMES, "y", "grad", "out")
+
+PyMethodDef glue_softmax[] = {
+    METHOD(softmax_rows, "softmax_rows(crow, col, values, batch, n, m, heads, log, cols_checked, out, nthreads)"),
+    METHOD(softmax_grad, "softmax_grad(crow, col, batch, n, m, heads, y, grad, log, out, nthreads)"),
+    {NULL, NULL, 0, NULL}};

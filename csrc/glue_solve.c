@@ -4,57 +4,41 @@
 /* ---- trisolve(ptr, col, val, batch, n, X, upper, unit, trans, nthreads) ----
  * in place: X[k] = A[k]^{-1} X[k] (or A[k]^{-T} X[k] with trans); A is batch x n x n
  * triangular, X (batch, n, p) contiguous, holding the right-hand side on entry. */
-PyObject *py_trisolve(PyObject *self, PyObject *args)
+static int trisolve_check(frame *f)
 {
-    (void)self;
-    PyObject *o[4];
-    long long batch, n;
-    int upper, unit, trans, nthreads, status;
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense X;
-    if (!PyArg_ParseTuple(args, "OOOLLOpppi", &o[0], &o[1], &o[2], &batch, &n, &o[3], &upper, &unit,
-                          &trans, &nthreads))
-        return NULL;
-    const char *names[4] = {"crow_indices", "col_indices", "values", "X"};
-    const held *h = c.t;
-    if (take_all(&c, o, names, 4) || make_csr(&h[0], &h[1], &h[2], batch, n, n, &A, 0) ||
-        make_dense(&h[3], batch, n, last_dim(&h[3]), A.rtype, &X) || need_contiguous(&h[3]))
-        return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_trisolve(&A, &X, upper, unit, trans, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    const arg *a = f->a;
+    return make_csr(a[0].t, a[1].t, a[2].t, a[3].L, a[4].L, a[4].L, &f->A, 0) ||
+           make_dense(a[5].t, a[3].L, a[4].L, last_dim(a[5].t), f->A.rtype, &f->X) || need_contiguous(a[5].t);
+}
+static int trisolve_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_trisolve(&f->A, &f->X, a[6].i, a[7].i, a[8].i, a[9].i);
 }
 
 /* ---- Krylov solvers: the tensors of cg and minres ----
  * ptr, col, val: A n x n; B, X (n, k) contiguous of A's dtype; res float64 (2, k)
- * contiguous: rel in res[0], true_rel in res[1].  o[] holds them in that order. */
-static int krylov_views(call *c, PyObject *const *o, int64_t n, tsgu_csr *A, tsgu_dense *B, tsgu_dense *X,
-                        double **res)
+ * contiguous: rel in res[0], true_rel in res[1].  They are the arguments 0-2 and 4-6. */
+static int krylov_check(frame *f)
 {
-    const char *names[6] = {"crow_indices", "col_indices", "values", "B", "X", "res"};
-    const held *h = c->t;
-    if (take_all(c, o, names, 6) || make_csr(&h[0], &h[1], &h[2], 1, n, n, A, 0) ||
-        make_dense(&h[3], 1, n, last_dim(&h[3]), A->rtype, B) || need_contiguous(&h[3]) ||
-        make_dense(&h[4], 1, n, B->cols, A->rtype, X) || need_contiguous(&h[4]))
+    const arg *a = f->a;
+    long long n = a[3].L;
+    if (make_csr(a[0].t, a[1].t, a[2].t, 1, n, n, &f->A, 0) ||
+        make_dense(a[4].t, 1, n, last_dim(a[4].t), f->A.rtype, &f->X) || need_contiguous(a[4].t) ||
+        make_dense(a[5].t, 1, n, f->X.cols, f->A.rtype, &f->Y) || need_contiguous(a[5].t))
         return -1;
-    if (real_type(&h[5], 0) != TSGU_F64 || need_contiguous(&h[5]) || numel(dl(&h[5])) != 2 * B->cols) {
+    if (real_type(a[6].t, 0) != TSGU_F64 || need_contiguous(a[6].t) || numel(dl(a[6].t)) != 2 * f->X.cols) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "res must be float64 with two entries per column of B");
         return -1;
     }
-    *res = data_of(&h[5]);
     return 0;
 }
 
-/* the single exit of cg and minres: (iterations, matvecs, recursive_stop, stopped_before,
- * breakdown) after finish() */
-static PyObject *krylov_finish(call *c, int status, const tsgu_krylov_info *info)
+/* the value of cg and minres: (iterations, matvecs, recursive_stop, stopped_before, breakdown) */
+static PyObject *krylov_result(frame *f)
 {
-    PyObject *none = finish(c, status);
-    if (!none) return NULL;
-    Py_DECREF(none);
+    const tsgu_krylov_info *info = &f->u.krylov.info;
     return Py_BuildValue("LLiii", (long long)info->iterations, (long long)info->matvecs, info->recursive_stop,
                          info->stopped_before, info->breakdown);
 }
@@ -62,52 +46,42 @@ static PyObject *krylov_finish(call *c, int status, const tsgu_krylov_info *info
 /* ---- cg(ptr, col, val, n, B, X, res, has_x0, tol, stop, tiny, mean, max_iter, min_iter, nthreads) ----
  * conjugate gradients for A X = B (cg.c); X holds the initial guess when has_x0 and
  * the solution on return. */
-PyObject *py_cg(PyObject *self, PyObject *args)
+static int cg_check(frame *f)
 {
-    (void)self;
-    PyObject *o[6];
-    long long n, max_iter, min_iter;
-    int has_x0, mean, nthreads, status;
-    tsgu_krylov_opts opts = {0};
-    tsgu_krylov_info info = {0};
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense B, X;
-    double *res;
-    if (!PyArg_ParseTuple(args, "OOOLOOOpdddpLLi", &o[0], &o[1], &o[2], &n, &o[3], &o[4], &o[5], &has_x0,
-                          &opts.tol, &opts.stop, &opts.tiny, &mean, &max_iter, &min_iter, &nthreads))
-        return NULL;
-    opts.mean = mean;
-    opts.max_iter = max_iter;
-    opts.min_iter = min_iter;
-    if (krylov_views(&c, o, n, &A, &B, &X, &res)) return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_cg(&A, &B, &X, has_x0, &opts, res, res + B.cols, &info, nthreads);
-    Py_END_ALLOW_THREADS
-    return krylov_finish(&c, status, &info);
+    const arg *a = f->a;
+    f->u.krylov.opts = (tsgu_krylov_opts){.tol = a[8].d, .stop = a[9].d, .tiny = a[10].d, .mean = a[11].i,
+                                          .max_iter = a[12].L, .min_iter = a[13].L};
+    return krylov_check(f);
+}
+static int cg_kernel(frame *f)
+{
+    double *res = data_of(f->a[6].t);
+    return tsgu_cg(&f->A, &f->X, &f->Y, f->a[7].i, &f->u.krylov.opts, res, res + f->X.cols, &f->u.krylov.info,
+                   f->a[14].i);
 }
 
 /* ---- minres(ptr, col, val, n, B, X, res, tol, eps, scale, shift, max_iter, nthreads) ----
  * MINRES for (scale A + shift I) X = B (minres.c) */
-PyObject *py_minres(PyObject *self, PyObject *args)
+static int minres_check(frame *f)
 {
-    (void)self;
-    PyObject *o[6];
-    long long n, max_iter;
-    int nthreads, status;
-    tsgu_krylov_opts opts = {0};
-    tsgu_krylov_info info = {0};
-    call c = {0};
-    tsgu_csr A;
-    tsgu_dense B, X;
-    double *res;
-    if (!PyArg_ParseTuple(args, "OOOLOOOddddLi", &o[0], &o[1], &o[2], &n, &o[3], &o[4], &o[5], &opts.tol,
-                          &opts.eps, &opts.scale, &opts.shift, &max_iter, &nthreads))
-        return NULL;
-    opts.max_iter = max_iter;
-    if (krylov_views(&c, o, n, &A, &B, &X, &res)) return finish(&c, -1);
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_minres(&A, &B, &X, &opts, res, res + B.cols, &info, nthreads);
-    Py_END_ALLOW_THREADS
-    return krylov_finish(&c, status, &info);
+    const arg *a = f->a;
+    f->u.krylov.opts = (tsgu_krylov_opts){.tol = a[7].d, .eps = a[8].d, .scale = a[9].d, .shift = a[10].d,
+                                          .max_iter = a[11].L};
+    return krylov_check(f);
 }
+static int minres_kernel(frame *f)
+{
+    double *res = data_of(f->a[6].t);
+    return tsgu_minres(&f->A, &f->X, &f->Y, &f->u.krylov.opts, res, res + f->X.cols, &f->u.krylov.info, f->a[12].i);
+}
+
+#define KRYLOV_NAMES CSR_NAMES, "values", "B", "X", "res"
+ENTRY(trisolve, "tttLLtpppi", trisolve_check, trisolve_kernel, NULL, CSR_NAMES, "values", "X")
+ENTRY(cg, "tttLtttpdddpLLi", cg_check, cg_kernel, krylov_result, KRYLOV_NAMES)
+ENTRY(minres, "tttLtttddddLi", minres_check, minres_kernel, krylov_result, KRYLOV_NAMES)
+
+PyMethodDef glue_solve[] = {
+    METHOD(trisolve, "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"),
+    METHOD(cg, "cg(crow, col, values, n, B, X, res, has_x0, tol, stop, tiny, mean, max_iter, min_iter, nthreads)"),
+    METHOD(minres, "minres(crow, col, values, n, B, X, res, tol, eps, scale, shift, max_iter, nthreads)"),
+    {NULL, NULL, 0, NULL}};

@@ -22,16 +22,16 @@ static int int64_array(const held *h, int64_t want)
     return -1;
 }
 
-/* the upstream gradient G of C (batch x n x m): sparse (ptr, col, val held at h[0..2],
- * into *G) when has_col, else dense (h[0], into *Gd); the sparse one's index type A's */
-static int take_grad(const held *h, int has_col, const tsgu_csr *A, int64_t batch, int64_t n, int64_t m,
+/* the upstream gradient G of C (batch x n x m): sparse (ptr, col, val the arguments g[0..2],
+ * into *G) when has_col, else dense (g[0], into *Gd); the sparse one's index type A's */
+static int take_grad(const arg *g, int has_col, const tsgu_csr *A, int64_t batch, int64_t n, int64_t m,
                      tsgu_csr *G, tsgu_dense *Gd)
 {
     if (has_col)
-        return make_csr(&h[0], &h[1], &h[2], batch, n, m, G, 1) || same_index(A, G, "grad") ||
+        return make_csr(g[0].t, g[1].t, g[2].t, batch, n, m, G, 1) || same_index(A, G, "grad") ||
                (G->rtype != A->rtype ? (PyErr_SetString(PyExc_TypeError, "grad must have the dtype of the "
                                                                          "sparse values"), -1) : 0);
-    return make_dense(&h[0], batch, n, m, A->rtype, Gd);
+    return make_dense(g[0].t, batch, n, m, A->rtype, Gd);
 }
 
 /* ---- spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, Cptr, alloc, nthreads) ----
@@ -77,7 +77,7 @@ static int write_product(call *c, const tsgu_spgemm_work *work, PyObject *out, i
     return status;
 }
 
-PyObject *py_spgemm(PyObject *self, PyObject *args)
+static PyObject *py_spgemm(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *o[7], *alloc, *out = NULL;
@@ -120,50 +120,43 @@ PyObject *py_spgemm(PyObject *self, PyObject *args)
  * gA (shaped like Acol) and gB (like Bcol), each or None: the gradients of A @ B w.r.t.
  * A's and B's values; G is the dense upstream gradient (Gcol and Gval None) or the
  * row pointers of a sparse one. */
-PyObject *py_spgemm_grad(PyObject *self, PyObject *args)
+static int spgemm_grad_check(frame *f)
 {
-    (void)self;
-    PyObject *o[11];
-    long long batch, n, l, m;
-    int nthreads, status;
-    call c = {0};
-    tsgu_csr A, B, G, gA = {0}, gB = {0};
-    tsgu_dense Gd;
-    if (!PyArg_ParseTuple(args, "OOOOOOLLLLOOOOOi", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &batch, &n, &l, &m,
-                          &o[6], &o[7], &o[8], &o[9], &o[10], &nthreads))
-        return NULL;
-    int sparse = o[7] != Py_None, want_a = o[9] != Py_None, want_b = o[10] != Py_None;
-    if (sparse != (o[8] != Py_None)) {
+    const arg *a = f->a;
+    long long batch = a[6].L, n = a[7].L, l = a[8].L, m = a[9].L;
+    const held *ga = a[13].t, *gb = a[14].t;
+    tsgu_csr gA, gB;
+    if (!a[11].t != !a[12].t) {
         PyErr_SetString(PyExc_ValueError, "grad's col_indices and values are both given or both None");
-        return NULL;
+        return -1;
     }
-    /* the objects in the order they are held: A, B, G's one or three, then gA and gB where given */
-    PyObject *obj[11];
-    const char *names[11];
-    int count = 0;
-    const char *all[11] = {"A's crow_indices", "A's col_indices", "A's values", "B's crow_indices",
-                           "B's col_indices", "B's values", "grad", "grad's col_indices", "grad's values", "grad_A",
-                           "grad_B"};
-    for (int q = 0; q < 11; q++)
-        if (q < 7 || (q < 9 && sparse) || (q == 9 && want_a) || (q == 10 && want_b)) {
-            obj[count] = o[q];
-            names[count++] = all[q];
-        }
-    const held *h = c.t, *ha = &h[sparse ? 9 : 7], *hb = ha + want_a;
-    if (take_all(&c, obj, names, count) || make_csr(&h[0], &h[1], &h[2], batch, n, l, &A, 1) ||
-        make_csr(&h[3], &h[4], &h[5], batch, l, m, &B, 1) || same_index(&A, &B, "B") ||
-        (B.rtype != A.rtype ? (PyErr_SetString(PyExc_TypeError, "A and B must have one dtype"), 1) : 0) ||
-        take_grad(&h[6], sparse, &A, batch, n, m, &G, &Gd) ||
+    if (make_csr(a[0].t, a[1].t, a[2].t, batch, n, l, &f->A, 1) ||
+        make_csr(a[3].t, a[4].t, a[5].t, batch, l, m, &f->B, 1) || same_index(&f->A, &f->B, "B") ||
+        (f->B.rtype != f->A.rtype ? (PyErr_SetString(PyExc_TypeError, "A and B must have one dtype"), 1) : 0) ||
+        take_grad(&a[10], a[11].t != NULL, &f->A, batch, n, m, &f->C, &f->X) ||
         /* each gradient is checked as its operand's values: one per stored entry, the dtype */
-        (want_a && make_csr(&h[0], &h[1], ha, batch, n, l, &gA, 1)) ||
-        (want_b && make_csr(&h[3], &h[4], hb, batch, l, m, &gB, 1)) ||
-        (want_a && gA.rtype != A.rtype) || (want_b && gB.rtype != A.rtype)) {
+        (ga && make_csr(a[0].t, a[1].t, ga, batch, n, l, &gA, 1)) ||
+        (gb && make_csr(a[3].t, a[4].t, gb, batch, l, m, &gB, 1)) ||
+        (ga && gA.rtype != f->A.rtype) || (gb && gB.rtype != f->A.rtype)) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "grad_A and grad_B must have the dtype of A");
-        return finish(&c, -1);
+        return -1;
     }
-    Py_BEGIN_ALLOW_THREADS
-    status = tsgu_spgemm_grad(&A, &B, sparse ? &G : NULL, &Gd, want_a ? (void *)gA.val : NULL,
-                              want_b ? (void *)gB.val : NULL, nthreads);
-    Py_END_ALLOW_THREADS
-    return finish(&c, status);
+    return 0;
 }
+static int spgemm_grad_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_spgemm_grad(&f->A, &f->B, a[11].t ? &f->C : NULL, &f->X, data_or_null(a[13].t),
+                            data_or_null(a[14].t), a[15].i);
+}
+
+ENTRY(spgemm_grad, "ttttttLLLLtnnnni", spgemm_grad_check, spgemm_grad_kernel, NULL, "A's crow_indices",
+      "A's col_indices", "A's values", "B's crow_indices", "B's col_indices", "B's values", "grad",
+      "grad's col_indices", "grad's values", "grad_A", "grad_B")
+
+PyMethodDef glue_spgemm[] = {
+    {"spgemm", py_spgemm, METH_VARARGS,
+     "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, alloc, nthreads) -> alloc(nnz)"},
+    METHOD(spgemm_grad, "spgemm_grad(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, grad_A, "
+                        "grad_B, nthreads)"),
+    {NULL, NULL, 0, NULL}};

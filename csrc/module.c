@@ -1,6 +1,6 @@
-/* module.c: torchsparsegradutils._C -- the intake of tensors, the single exit,
- * the status table and the method table; the entry points live in glue_<family>.c
- * (glue.h says what they share).
+/* module.c: torchsparsegradutils._C -- the intake of tensors, the single exit, the
+ * thunk of the entry points from tables, the status table and the module's own
+ * methods; the entry points live in glue_<family>.c (glue.h says what they share).
  *
  * Tensors arrive through DLPack, zero-copy, so the module never links libtorch
  * and one build serves any PyTorch 2.x: borrowed through the tensor type's DLPack
@@ -9,6 +9,8 @@
  * tensor.__dlpack__(). */
 #include "glue.h"
 #include "tsgu_isa.h"
+#include <limits.h>
+#include <string.h>
 
 /* the C exchange table a tensor type may publish as its __dlpack_c_exchange_api__
  * capsule (DLPack 1.3); only dltensor_from_py_object_no_sync is used here: it fills
@@ -104,6 +106,91 @@ PyObject *finish(call *c, int status)
     c->count = 0;
     if (status < 0 || raise_status(status)) return NULL;
     Py_RETURN_NONE;
+}
+
+/* PyArg_ParseTuple's error for nargs arguments to a function of the letters args */
+static int arity(Py_ssize_t nargs, const char *args)
+{
+    const char *bar = strchr(args, '|');
+    Py_ssize_t most = (Py_ssize_t)strlen(args) - (bar != NULL), least = bar ? bar - args : most;
+    if (nargs >= least && nargs <= most) return 0;
+    Py_ssize_t want = nargs < least ? least : most;
+    PyErr_Format(PyExc_TypeError, "function takes %s %zd argument%s (%zd given)",
+                 least == most ? "exactly" : nargs < least ? "at least" : "at most", want, want == 1 ? "" : "s",
+                 nargs);
+    return -1;
+}
+
+/* *a <- o, the argument k, by its letter (glue.h) with the errors of PyArg_ParseTuple's
+ * format units; a tensor taken into c as **name, and *name moved on to the next
+ * tensor's; -1 with an exception */
+static int convert(call *c, arg *a, int k, char letter, PyObject *o, const char *const **name)
+{
+    long v;
+    switch (letter) {
+    case 'n':
+        if (o == Py_None) {
+            ++*name;
+            return 0;
+        }
+        /* fall through */
+    case 't':
+        if (take(c, o, *(*name)++)) return -1;
+        a->t = &c->t[c->count - 1];
+        return 0;
+    case 'L':
+        a->L = PyLong_AsLongLong(o);
+        return a->L == -1 && PyErr_Occurred() ? -1 : 0;
+    case 'i':
+        v = PyLong_AsLong(o);
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v > INT_MAX || v < INT_MIN) {
+            PyErr_SetString(PyExc_OverflowError, v > 0 ? "signed integer is greater than maximum"
+                                                       : "signed integer is less than minimum");
+            return -1;
+        }
+        a->i = (int)v;
+        return 0;
+    case 'p':
+        return (a->i = PyObject_IsTrue(o)) < 0 ? -1 : 0;
+    case 'K':
+        if (!PyLong_Check(o)) {
+            PyObject *type = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
+            if (type) PyErr_Format(PyExc_TypeError, "argument %d must be int, not %U", k + 1, type);
+            Py_XDECREF(type);
+            return -1;
+        }
+        a->K = PyLong_AsUnsignedLongLongMask(o);
+        return a->K == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+    default: /* 'd' */
+        a->d = PyFloat_AsDouble(o);
+        return a->d == -1.0 && PyErr_Occurred() ? -1 : 0;
+    }
+}
+
+/* the one thunk of the entry points of the tables (glue.h): convert the arguments, taking
+ * the tensors; e->check with the GIL, e->kernel without it; then the single exit */
+PyObject *thunk(const entry *e, PyObject *args)
+{
+    frame f;
+    memset(&f, 0, sizeof f);
+    Py_ssize_t nargs = PyTuple_Size(args);
+    if (nargs < 0 || arity(nargs, e->args)) return NULL;
+    const char *letter = e->args;
+    const char *const *name = e->tensors;
+    for (int k = 0; k < nargs; k++, letter++) {
+        if (*letter == '|') letter++;
+        if (convert(&f.c, &f.a[k], k, *letter, PyTuple_GetItem(args, k), &name)) return finish(&f.c, -1);
+    }
+    if (e->check(&f)) return finish(&f.c, -1);
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = e->kernel(&f);
+    Py_END_ALLOW_THREADS
+    PyObject *none = finish(&f.c, status);
+    if (!none || !e->result) return none;
+    Py_DECREF(none);
+    return e->result(&f);
 }
 
 /* ---- the status table: the name and ValueError message of every status a kernel
@@ -254,55 +341,6 @@ static PyMethodDef methods[] = {
      "status_messages() -> {name: message}: the ValueError message of each kernel status (tsgu.h, no TSGU_)"},
     {"use_exchange_api", py_use_exchange_api, METH_O,
      "use_exchange_api(tensor_type or None) -> bool: borrow tensors through the DLPack C exchange table"},
-    {"spmm", py_spmm, METH_VARARGS, "spmm(crow, col, values, batch, n, m, B, out, nthreads[, mean])"},
-    {"spmm_t", py_spmm_t, METH_VARARGS, "spmm_t(crow, col, values, batch, n, m, grad, out, nthreads[, mean])"},
-    {"spmm_coo", py_spmm_coo, METH_VARARGS,
-     "spmm_coo(indices, values, sizes, B, out, rows_per_entry, nthreads) -> done"},
-    {"sddmm", py_sddmm, METH_VARARGS, "sddmm(crow, col, batch, n, m, G, B, out, nthreads[, mean])"},
-    {"spmm_arg", py_spmm_arg, METH_VARARGS,
-     "spmm_arg(crow, col, values, batch, n, m, B, out, arg_or_None, is_min, nthreads)"},
-    {"spmm_t_arg", py_spmm_t_arg, METH_VARARGS, "spmm_t_arg(crow, col, values, batch, n, m, arg, grad, out, nthreads)"},
-    {"sddmm_arg", py_sddmm_arg, METH_VARARGS, "sddmm_arg(crow, col, batch, n, m, arg, grad, B, out, nthreads)"},
-    {"csr_check", py_csr_check, METH_VARARGS, "csr_check(crow, col, batch, n, m, nthreads): raises if malformed"},
-    {"csr_transpose", py_csr_transpose, METH_VARARGS,
-     "csr_transpose(crow, col, batch, n, m, tptr, trow, tperm, nthreads)"},
-    {"coo_row_ptr", py_coo_row_ptr, METH_VARARGS,
-     "coo_row_ptr(indices, sizes, row_ptr_or_None, nthreads[, probe]) -> None, or coalesced with probe"},
-    {"spgemm", py_spgemm, METH_VARARGS,
-     "spgemm(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, out_crow, alloc, nthreads) -> alloc(nnz)"},
-    {"spgemm_grad", py_spgemm_grad, METH_VARARGS,
-     "spgemm_grad(Aptr, Acol, Aval, Bptr, Bcol, Bval, batch, n, l, m, G, Gcol, Gval, grad_A, grad_B, nthreads)"},
-    {"trisolve", py_trisolve, METH_VARARGS,
-     "trisolve(crow, col, values, batch, n, X, upper, unit, trans, nthreads): X <- A^{-1} X in place"},
-    {"cg", py_cg, METH_VARARGS,
-     "cg(crow, col, values, n, B, X, res, has_x0, tol, stop, tiny, mean, max_iter, min_iter, nthreads)"},
-    {"minres", py_minres, METH_VARARGS,
-     "minres(crow, col, values, n, B, X, res, tol, eps, scale, shift, max_iter, nthreads)"},
-    {"group_rows", py_group_rows, METH_VARARGS, "group_rows(idx, R, off, perm): counting sort by relation"},
-    {"grouped_mm", py_grouped_mm, METH_VARARGS, "grouped_mm(off, perm, a, b, out, nthreads)"},
-    {"grouped_mm_tn", py_grouped_mm_tn, METH_VARARGS, "grouped_mm_tn(off, perm, a, grad, out, nthreads)"},
-    {"lse_rows", py_lse_rows, METH_VARARGS,
-     "lse_rows(crow, col, values, batch, n, m, include_zeros, out, item_out, nthreads)"},
-    {"lse_cols", py_lse_cols, METH_VARARGS,
-     "lse_cols(crow, col, values, batch, n, m, include_zeros, out, nthreads)"},
-    {"lse_grad", py_lse_grad, METH_VARARGS,
-     "lse_grad(crow, col, values, batch, n, m, row_lse, row_grad, col_lse, col_grad, out, nthreads)"},
-    {"softmax_rows", py_softmax_rows, METH_VARARGS, "softmax_rows(crow, col, values, batch, n, m, heads, log, cols_checked, out, nthreads)"},
-    {"softmax_grad", py_softmax_grad, METH_VARARGS, "softmax_grad(crow, col, batch, n, m, heads, y, grad, log, out, nthreads)"},
-    /* graph_attention (glue_gat.c) */
-    {"gat_forward", py_gat_forward, METH_VARARGS,
-     "gat_forward(crow, col, n, m, x, s, d, e, seed, drop, scale, slope, alpha, out, nthreads)"},
-    {"gat_grad_scores", py_gat_grad_scores, METH_VARARGS,
-     "gat_grad_scores(crow, col, n, m, x, s, d, e, seed, drop, scale, slope, alpha, grad, grad_alpha, dz, grad_d, "
-     "nthreads)"},
-    {"gat_grad_src", py_gat_grad_src, METH_VARARGS,
-     "gat_grad_src(crow, col, n, m, x, seed, drop, scale, alpha, grad, dz, grad_x, grad_s, nthreads)"},
-    /* graph_attention_v2 (glue_gatv2.c) */
-    {"gatv2_forward", py_gatv2_forward, METH_VARARGS,
-     "gatv2_forward(crow, col, n, m, xl, xr, att, et, b, seed, drop, scale, slope, alpha, out, nthreads)"},
-    {"gatv2_grad", py_gatv2_grad, METH_VARARGS,
-     "gatv2_grad(crow, col, n, m, xl, xr, att, et, seed, drop, scale, slope, alpha, grad, grad_alpha, dz, grad_xl, "
-     "grad_xr, arows, grad_att, grad_et, nthreads)"},
 #ifdef TSGU_CUDA
     {"cuda_csr_check", py_cuda_csr_check, METH_VARARGS,
      "cuda_csr_check(crow, col, batch, n, m, item_nnz, flag, stream): raises for a malformed structure"},
@@ -328,5 +366,9 @@ PyMODINIT_FUNC PyInit__C(void)
     const long cuda = 0;
 #endif
     if (m && PyModule_AddIntConstant(m, "cuda", cuda)) Py_CLEAR(m); /* built with the CUDA kernels? */
+    PyMethodDef *const families[] = {glue_mm, glue_reduce, glue_spgemm, glue_solve, glue_grouped, glue_lse,
+                                     glue_softmax, glue_gat};
+    for (size_t i = 0; m && i < sizeof families / sizeof families[0]; i++)
+        if (PyModule_AddFunctions(m, families[i])) Py_CLEAR(m);
     return m;
 }
