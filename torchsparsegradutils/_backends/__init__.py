@@ -9,8 +9,9 @@
     torch_ops  PyTorch's own ops, for everything else
 
 Each function here is one op on a CSRView (or on dense rows and their grouping):
-it does what is the same on every route (a hypersparse view's kept rows, through
-kept_rows.py; the output layout of the log-sum-exp), picks the backend, and calls it.
+it does what is the same on every route (a hypersparse view's kept rows: on_kept_rows,
+and kept_rows.py for sparse @ sparse; the output layout of the log-sum-exp), picks the
+backend, and calls it.
 """
 import torch
 
@@ -20,7 +21,7 @@ from .._core.torch_sparse import csr_tensor
 from .._core.view import CSRView, item_rows, kernel_array, product_itype, view_of
 from . import cpu, cuda, torch_ops
 from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
-from .kept_rows import block_diagonal, dense_on_rows, on_kept_rows
+from .kept_rows import block_diagonal, dense_on_rows
 
 # Tests set this to run the torch-ops route on CPU tensors.
 force_torch_ops = False
@@ -72,6 +73,15 @@ def _triton_backend(required: bool = False):
     if required and not _triton:
         raise ImportError("the Triton route needs triton, which does not import here")
     return _triton or None
+
+
+def on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:
+    """Y (n_kept, p), the rows of a hypersparse A's product, placed at their global
+    rows of a zero (n, p) or (b, n, p) output (here, not in kept_rows.py: the products
+    route through it, and a reader following A stays in this module)."""
+    out = Y.new_zeros((*A.shape[:-1], Y.shape[-1]))
+    item_rows(out).index_copy_(0, A.rows, Y)
+    return out
 
 
 def on_cpu(*tensors: torch.Tensor) -> bool:

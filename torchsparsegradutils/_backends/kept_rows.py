@@ -1,7 +1,7 @@
 """The geometry of a hypersparse view's kept rows (CSRView.rows: a COO's non-empty rows
 alone), the same on every route: the right operand and a dense gradient made to match
-such a view, and its product's rows put back in place.  _backends/__init__.py calls
-these around the route it picks."""
+such a view of a sparse @ sparse product.  _backends/__init__.py calls these around
+the route it picks (and puts a product's rows back in place itself: on_kept_rows)."""
 import torch
 
 from .._core.intake import check_structure
@@ -37,10 +37,3 @@ def dense_on_rows(G: torch.Tensor, rows: torch.Tensor, n: int) -> CSRView:
     b = G.shape[0] if G.dim() == 3 else 1
     return CSRView(ptr, col, g.reshape(-1), 1, rows.numel(), b * p, torch.Size((rows.numel(), b * p)))
 
-
-def on_kept_rows(A: CSRView, Y: torch.Tensor) -> torch.Tensor:
-    """Y (n_kept, p), the rows of a hypersparse A's product, placed at their global
-    rows of a zero (n, p) or (b, n, p) output."""
-    out = Y.new_zeros((*A.shape[:-1], Y.shape[-1]))
-    item_rows(out).index_copy_(0, A.rows, Y)
-    return out
