@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 
 from .._core.native import _C
-from .._core.view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, dense_operand, kernel_array, plain, product_itype
+from .._core.view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, dense_operand, plain, product_itype
 
 
 # ---------------------------------------------------------------- products (sparse_mm)
@@ -33,10 +33,12 @@ def spmm_coo(indices: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor
     """spmm of a COO A from its own index and values arrays (A._indices(), A._values()):
     its row pointers are built in C on the way, in the same call.  None where that does
     not apply (entries not sorted and unique, or A hypersparse; see spmm_coo in
-    csrc/glue_mm.c): then take A's view (_core.intake.as_csr)."""
+    csrc/glue_mm.c): then take A's view (_core.intake.as_csr).  A sparse tensor's own
+    arrays never require grad nor carry a lazy negation (its constructor resolves one),
+    so they need no `plain`: only contiguous values (it runs on every call)."""
     B = dense_operand(B)
     C = _spmm_out(shape[0] if len(shape) == 3 else 1, shape[-2], B)
-    if _C.spmm_coo(plain(indices), kernel_array(values), shape, B, C, HYPERSPARSE_ROWS_PER_ENTRY,
+    if _C.spmm_coo(indices, values.contiguous(), shape, B, C, HYPERSPARSE_ROWS_PER_ENTRY,
                    torch.get_num_threads()):
         return C
     return None
@@ -72,6 +74,17 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
     g = torch.empty(A.col.shape, dtype=G.dtype)
     _C.sddmm(A.ptr, A.col, A.batch, A.nrows, A.ncols, dense_operand(G), dense_operand(B), g,
              torch.get_num_threads(), mean)
+    return g
+
+
+def sddmm_heads(A: CSRView, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """g[h, e] = dot(U[h][i,:], V[h][j,:]) at every stored entry e = (i, j) of the 2-D A,
+    (H, nnz): sddmm head by head on A's one pattern (each head's pass keeps its own V
+    rows in cache, where all heads at once would gather from all of V)."""
+    U, V = dense_operand(U), dense_operand(V)
+    g = torch.empty((U.shape[0], A.col.shape[0]), dtype=U.dtype)
+    for h in range(U.shape[0]):
+        _C.sddmm(A.ptr, A.col, 1, A.nrows, A.ncols, U[h], V[h], g[h], torch.get_num_threads())
     return g
 
 
