@@ -242,6 +242,31 @@ def test_multi_head_is_each_head_on_its_own(path, dtype):
     torch.testing.assert_close(Yl.grad, Yr.grad.to(dtype), **TOL[dtype])
 
 
+@pytest.mark.parametrize("k", [1, 16, 33])
+def test_multi_head_is_the_single_head_op_bit_for_bit(path, k):
+    """Each head of a multi-head call (the heads on one copy of the pattern on the C
+    route) has the bits of the single-head call on its own values, X and Y, for any
+    thread count: rows without entries, a hub row, an odd width."""
+    n, m, H = 90, 70, 4
+    gen = torch.Generator().manual_seed(31)
+    D = torch.rand(n, m, generator=gen, dtype=torch.float64)
+    D[D < 0.9] = 0
+    D[5:15] = 0                                         # empty rows
+    D[40] = torch.rand(m, generator=gen, dtype=torch.float64) + 0.1    # a hub row: every column
+    S = SparseCSR.from_torch(D.to_sparse_csr())
+    values = torch.randn(S.values.shape[0], H, generator=gen, dtype=torch.float64)
+    X = torch.randn(H, n, k, generator=gen, dtype=torch.float64)
+    Y = torch.randn(H, k, m, generator=gen, dtype=torch.float64)
+    outs = []
+    for t in (1, 2):
+        with num_threads(t):
+            outs.append(sampled_addmm(S._replace(values=values), X, Y, 0.5, 2.0).values)
+    assert torch.equal(outs[0], outs[1])
+    for h in range(H):
+        one = sampled_addmm(S._replace(values=values[:, h].contiguous()), X[h], Y[h], 0.5, 2.0).values
+        assert torch.equal(outs[0][:, h], one)
+
+
 def test_multi_head_gradcheck(path):
     S, X, Y, _ = multi_head(H=2, seed=22)
     args = (S.values.clone().requires_grad_(), X.requires_grad_(), Y.requires_grad_())

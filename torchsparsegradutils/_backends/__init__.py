@@ -18,7 +18,7 @@ import torch
 from .._core import native
 from .._core.intake import as_csr
 from .._core.torch_sparse import csr_tensor
-from .._core.view import CSRView, item_rows, kernel_array, product_itype, view_of
+from .._core.view import CSRView, head_copies, item_rows, kernel_array, product_itype, view_of
 from . import cpu, cuda, torch_ops
 from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
 from .kept_rows import block_diagonal, dense_on_rows
@@ -113,6 +113,15 @@ def sddmm(A: CSRView, G: torch.Tensor, B: torch.Tensor, mean: bool = False) -> t
     if A.rows is not None:
         return sddmm(A._replace(rows=None), item_rows(G).index_select(0, A.rows), item_rows(B), mean)
     return _backend(not mean, G, B, has_triton=True).sddmm(A, G, B, mean)
+
+
+def sddmm_heads(A: CSRView, U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """g[h, e] = dot(U[h][i,:], V[h][j,:]) at every stored entry e = (i, j) of the 2-D A,
+    for the H heads of U (H, n, k) and V (H, m, k): (H, nnz), from A's one pattern on
+    the CPU; elsewhere, sddmm of H copies of it as a batch."""
+    if _backend(False, U, V) is cpu:
+        return cpu.sddmm_heads(A, U, V)
+    return sddmm(head_copies(A.ptr, A.col, U.shape[0], A.shape), U, V)
 
 
 # --------------------------------------------------------- sparse @ sparse (sparse_mm)

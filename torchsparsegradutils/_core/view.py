@@ -132,6 +132,14 @@ def op_args(view: CSRView):
     return view.ptr, view.col, view.rows, list(view.shape)
 
 
+def head_copies(ptr: torch.Tensor, col: torch.Tensor, heads: int, shape) -> CSRView:
+    """The pattern of a 2-D (ptr, col) as a batch of `heads` items, one copy of it each
+    (values none): for the batched kernels, which take one pattern per item."""
+    n, m = shape
+    return CSRView(ptr.unsqueeze(0).expand(heads, -1).contiguous(), col.unsqueeze(0).expand(heads, -1).contiguous(),
+                   None, heads, n, m, torch.Size((heads, n, m)))
+
+
 def product_itype(A: CSRView, B: CSRView, coo: bool, nnz: int) -> torch.dtype:
     """The index dtype of the pointers and columns of A @ B (both sparse) of nnz entries:
     int32 where both operands' are (a smaller output: 8 bytes an entry less to write),

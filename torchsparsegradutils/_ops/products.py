@@ -5,10 +5,13 @@ With S the pattern of a sparse operand (see the package's docstring) holding val
     tsgu::spmm_t(a, Y) = S(a)^T Y
     tsgu::sddmm(U, V)  = (dot(U[i,:], V[j,:]) at every stored (i, j))
         (each with mean=True for D^-1 S(a), D the rows' entry counts: reduce="mean")
+    tsgu::sddmm_heads(U, V) = (dot(U[h][i,:], V[h][j,:]) at every stored (i, j), for each
+        head h): (H, nnz), H heads on one pattern (multi-head sampled_addmm)
 Each one's backward is made of the others:
     spmm:     da = sddmm(G, X),   dX = spmm_t(a, G)
     spmm_t:   da = sddmm(Y, G),   dY = spmm(a, G)
     sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
+    sddmm_heads: the same, on H copies of the pattern as a batch
 """
 from typing import List, Optional
 
@@ -21,7 +24,7 @@ from .._core.sparse_csr import SparseCSR
 from .._core.saved import load_operand, save_operand
 from .._core.undefined_grad import none_for_undefined
 from .._core.validate import ProductSpec, check_dense_a, check_product, check_reduce, eager_only, records_graph
-from .._core.view import CSRView, check_arrays, op_args, view_of
+from .._core.view import CSRView, check_arrays, head_copies, op_args, view_of
 from .arg import sddmm_arg, spmm_arg, spmm_t_arg
 from .spgemm import sparse_sparse_mm
 
@@ -98,6 +101,34 @@ _spmm_t.register_autograd(_spmm_t_backward, setup_context=_setup)
 _sddmm.register_autograd(_sddmm_backward, setup_context=_setup)
 
 
+@torch.library.custom_op("tsgu::sddmm_heads", mutates_args=())
+def _sddmm_heads(ptr: Tensor, col: Tensor, shape: List[int], U: Tensor, V: Tensor) -> Tensor:
+    return _backends.sddmm_heads(view_of(ptr, col, None, None, shape), U, V)
+
+
+@_sddmm_heads.register_fake
+def _(ptr, col, shape, U, V):
+    check_arrays(ptr, col, None, shape)
+    return U.new_empty((U.shape[0], col.shape[0]))
+
+
+def _sddmm_heads_setup(ctx, inputs, output):
+    ptr, col, shape, U, V = inputs
+    ctx.shape = shape
+    ctx.save_for_backward(ptr, col, U, V)
+
+
+def _sddmm_heads_backward(ctx, gg):
+    ptr, col, U, V = ctx.saved_tensors
+    pattern = op_args(head_copies(ptr, col, U.shape[0], ctx.shape))
+    dU = _spmm(*pattern, gg, V) if ctx.needs_input_grad[3] else None
+    dV = _spmm_t(*pattern, gg, U) if ctx.needs_input_grad[4] else None
+    return None, None, None, dU, dV
+
+
+_sddmm_heads.register_autograd(_sddmm_heads_backward, setup_context=_sddmm_heads_setup)
+
+
 def spmm(view: CSRView, a: Tensor, X: Tensor, mean: bool = False) -> Tensor:
     """S(a) X on view's pattern (D^-1 S(a) X with mean), differentiable in a and X."""
     return _spmm(*op_args(view), a, X, mean)
@@ -112,6 +143,12 @@ def sddmm(view: CSRView, U: Tensor, V: Tensor, mean: bool = False) -> Tensor:
     """(dot(U[i,:], V[j,:]) at view's stored (i, j), divided by row i's entry count
     with mean), differentiable in U and V."""
     return _sddmm(*op_args(view), U, V, mean)
+
+
+def sddmm_heads(view: CSRView, U: Tensor, V: Tensor) -> Tensor:
+    """(dot(U[h][i,:], V[h][j,:]) at the 2-D view's stored (i, j), for each head h of U
+    (H, n, k) and V (H, m, k)): (H, nnz), differentiable in U and V."""
+    return _sddmm_heads(view.ptr, view.col, list(view.shape), U, V)
 
 
 def spmm_reduce(view: CSRView, a: Tensor, X: Tensor, reduce: str) -> Tensor:

@@ -17,7 +17,7 @@ from .._core.sparse_csr import SparseCSR
 from .._core.undefined_grad import none_for_undefined
 from .._core.validate import SUPPORTED_DTYPES, SparseSpec, check_sparse, dtype_names, eager_only, refuse_create_graph
 from .._core.view import CSRView, kernel_array
-from .products import sddmm
+from .products import sddmm, sddmm_heads
 
 
 def run_sampled_addmm(spec: SparseSpec, A, X: Tensor, Y: Tensor, beta, alpha):
@@ -41,15 +41,9 @@ def _combine(a: Tensor, p: Tensor, beta, alpha) -> Tensor:
 
 
 def _multi_head(view: CSRView, a: Tensor, X: Tensor, Y: Tensor, beta, alpha) -> Tensor:
-    """(nnz, H) values of H heads: the H products as one batch of H items on A's pattern
-    (the kernels take a batch with one pattern per item: H copies of its indices, the
-    size of the result's values)."""
-    H, nnz = a.shape[-1], view.col.shape[0]
-    heads = CSRView(view.ptr.unsqueeze(0).expand(H, -1).contiguous(),
-                    view.col.unsqueeze(0).expand(H, -1).contiguous(), None, H, view.nrows, view.ncols,
-                    torch.Size((H, view.nrows, view.ncols)))
-    p = sddmm(heads, X, Y.mT).reshape(H, nnz).t()
-    return _combine(a, p, beta, alpha)
+    """(nnz, H) values of H heads: the H products on A's one pattern (tsgu::sddmm_heads,
+    (H, nnz): its transpose is read in place by the combination)."""
+    return _combine(a, sddmm_heads(view, X, Y.mT).t(), beta, alpha)
 
 
 def _check_factors(name: str, A, X, Y, beta, alpha) -> bool:
