@@ -66,7 +66,12 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_block)(const spmm_ctx *x, int6
 }
 
 /* rows [r0, r1) of C, p columns, in blocks of TSGU_PBLOCK columns and a last
- * narrower one; inlined with p constant for the common widths */
+ * narrower one; inlined with p constant for the common widths.  The rows are
+ * walked item by item, so no row divides to find its item, and each row
+ * pointer is read once: a row ends where the next starts.  The pointer checks
+ * are row_entries' (0 <= ptr[q] <= ptr[q+1] <= entries left after the item's
+ * offset), made along the chain: the first pointer's sign once per item, then
+ * each end against its start and the item's top. */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int64_t r0, int64_t r1,
                                                          const int64_t p)
 {
@@ -74,16 +79,23 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_range)(const spmm_ctx *x, int6
     const real_t *Bx = x->B->data;
     real_t *Cx = x->C->data;
     int64_t n = A->nrows, bsb = x->B->bstride, bsc = x->C->bstride, ldc = x->C->rstride;
-    for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end, t0 = 0;
-        if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
+    for (int64_t k = r0 / n, i = r0 - k * n, r = r0; r < r1; k++, i = 0) {
+        const idx_t *Ap = (const idx_t *)A->ptr + k * A->ptr_stride;
+        int64_t stop = r1 - r < n - i ? i + (r1 - r) : n; /* rows [i, stop) of item k */
+        int64_t off = k * A->entry_stride, top = A->nnz - off, start = Ap[i];
         const real_t *Bk = Bx + k * bsb;
         real_t *c = Cx + k * bsc + i * ldc;
-        int status = TSGU_OK;
-        for (; t0 + TSGU_PBLOCK <= p && status == TSGU_OK; t0 += TSGU_PBLOCK)
-            status = TSGU_FN(spmm_block)(x, start, end, Bk, c, t0, TSGU_PBLOCK);
-        if (t0 < p && status == TSGU_OK) status = TSGU_FN(spmm_block)(x, start, end, Bk, c, t0, p - t0);
-        if (status != TSGU_OK) return status;
+        if (start < 0) return TSGU_EPTR_ORDER;
+        for (r += stop - i; i < stop; i++, c += ldc) {
+            int64_t end = Ap[i + 1], t0 = 0;
+            if (end < start || end > top) return TSGU_EPTR_ORDER;
+            int status = TSGU_OK;
+            for (; t0 + TSGU_PBLOCK <= p && status == TSGU_OK; t0 += TSGU_PBLOCK)
+                status = TSGU_FN(spmm_block)(x, start + off, end + off, Bk, c, t0, TSGU_PBLOCK);
+            if (t0 < p && status == TSGU_OK) status = TSGU_FN(spmm_block)(x, start + off, end + off, Bk, c, t0, p - t0);
+            if (status != TSGU_OK) return status;
+            start = end;
+        }
     }
     return TSGU_OK;
 }

@@ -625,6 +625,57 @@ def test_huge_int64_structure_is_checked_before_use():
     assert not bad, bad
 
 
+def _first_bad_row_status(ptr, col, n, m, batched):
+    """The status the kernels raise for a structure: that of its first bad global row, in row
+    order (an independent reference: each row's pointers checked on their own, against the
+    entries left after its item's offset, as tsgu.h lays the two layouts out)."""
+    b, flat = (ptr.shape[0] if batched else (ptr.numel() - 1) // n), col.reshape(-1).tolist()
+    for k in range(b):
+        P, off = (ptr[k].tolist(), k * col.shape[-1]) if batched else (ptr[k * n:].tolist(), 0)
+        for i in range(n):
+            if not 0 <= P[i] <= P[i + 1] <= len(flat) - off:
+                return "EPTR_ORDER"
+            prev = -1
+            for j in flat[off + P[i]:off + P[i + 1]]:
+                if j < 0 or j >= m:
+                    return "ECOL_RANGE"
+                if j <= prev:
+                    return "ECOL_ORDER"
+                prev = j
+    return None
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("p", [1, 3])
+def test_malformed_structure_raises_its_first_bad_rows_status(batched, p):
+    """spmm walks each item's rows reading every pointer once; one or two corrupted pointers
+    or columns raise the status of the first bad row, as a row-by-row check would."""
+    g = torch.Generator().manual_seed(3)
+    msgs = tsgu._C.status_messages()
+    for trial in range(300):
+        b, n, m, per = 3, 5, 6, 8
+        ptr = torch.tensor([0, 2, 4, 4, 6, per]).repeat(b, 1)       # rows of 2, 2, 0, 2, 2 entries
+        col = torch.stack([torch.cat([torch.randperm(m, generator=g)[:2].sort().values for _ in range(per // 2)])
+                           for _ in range(b)])
+        for _ in range(1 + trial % 2):
+            if torch.rand(1, generator=g) < 0.5:
+                ptr[torch.randint(b, (1,), generator=g), torch.randint(1, n, (1,), generator=g)] = \
+                    torch.randint(-2, per + 3, (1,), generator=g)
+            else:
+                col.view(-1)[torch.randint(b * per, (1,), generator=g)] = torch.randint(-2, m + 2, (1,), generator=g)
+        if not batched:                                              # one global pointer array
+            ptr = torch.cat([ptr[0, :-1], ptr[1, :-1] + per, ptr[2] + 2 * per])
+            col = col.reshape(-1)
+        want = _first_bad_row_status(ptr, col, n, m, batched)
+        call = lambda: tsgu._C.spmm(ptr, col, torch.ones(col.shape), b, n, m, torch.ones(b, m, p),
+                                    torch.empty(b, n, p), 1)
+        if want is None:
+            call()
+        else:
+            with pytest.raises(ValueError, match=f"^{re.escape(msgs[want])}$"):
+                call()
+
+
 @pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
 def test_hypersparse_coo_in_bounded_memory():
     """2**31 + 5 rows, 2 entries: O(nnz) memory or a clear ValueError before allocating,
