@@ -15,31 +15,39 @@
  * whatever the thread count (y and ptr are then unspecified).  A row's softmax is
  * taken as soon as its entries are checked, by tsgu_softmax.h, as softmax_rows.c
  * takes it: the bits of softmax_rows on ptr.
- * Threads take chunks of entries that start where a row does: chunk t starts at
- * the first entry past nnz*t/T whose (batch, row) exceeds that of the entry before
- * nnz*t/T, by a binary search over the row indices.  The search reads entries in
+ * The entries are cut into K chunks that start where a row does: chunk k starts at
+ * the first entry past nnz*k/K whose (batch, row) exceeds that of the entry before
+ * nnz*k/K, by a binary search over the row indices.  The search reads entries in
  * [0, nnz) only, whatever they hold, and leaves every chunk starting at an entry
  * whose (batch, row) exceeds its predecessor's, sorted or not; so once every chunk
  * has checked its entries (and the order against the entry before it), no row spans
- * two chunks.  Each row is computed by one thread and each pointer written by the
- * thread holding the entry where the row index first reaches it, so the results do
- * not depend on the thread count. */
+ * two chunks.  T threads take the chunks in order as they come free (several per
+ * thread: one that starts late, or is descheduled by other load, takes fewer
+ * instead of holding the others up).  Each row is computed by one thread and each
+ * pointer written by the chunk holding the entry where the row index first reaches
+ * it; the first chunk in error names the status; so the results do not depend on
+ * the thread count or on which thread took which chunk. */
+#include <stdatomic.h>
 #include "tsgu.h"
 #include "tsgu_parallel.h"
 #include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
-#define TSGU_MIN_ENTRIES (1 << 15) /* entries below which one thread does it all (softmax_rows.c's share) */
+#define TSGU_MIN_ENTRIES (1 << 15) /* entries per thread below which one does it all (softmax_rows.c's share) */
+#define TSGU_CHUNKS 8              /* chunks per thread */
 
-typedef struct {
+typedef struct softmax_coo_ctx {
     const int64_t *idx;
-    int64_t ld, sd, nnz, T;
+    int64_t ld, sd, nnz, K;
     const int64_t *sizes;
-    const int64_t *bounds; /* chunk t: entries [bounds[t], bounds[t+1]) */
+    const int64_t *bounds; /* chunk k: entries [bounds[k], bounds[k+1]) */
     const void *val;       /* v, (nnz,) */
     int is_log;            /* 1: log-softmax */
     int64_t *ptr;
     void *out;             /* y, (nnz,) */
-    int64_t *bad;          /* per task: the entry its EIDX_RANGE names, or -1 */
+    int *status;           /* per chunk: its status */
+    int64_t *bad;          /* per chunk: the entry its EIDX_RANGE names, or -1 */
+    int (*chunk)(const struct softmax_coo_ctx *x, int64_t k); /* the variant of softmax_coo_chunk */
+    _Atomic int64_t next;  /* the next chunk to take */
 } softmax_coo_ctx;
 
 #define TSGU_HALF_TOO 1
@@ -54,6 +62,15 @@ static int row_after(const int64_t *bi, const int64_t *ri, int64_t e, int64_t f)
     return be != bf ? be > bf : ri[e] > ri[f];
 }
 
+/* a thread: the chunks, as they come free */
+static int softmax_coo_thread(void *vctx, int64_t t)
+{
+    softmax_coo_ctx *x = vctx;
+    (void)t;
+    for (int64_t k; (k = atomic_fetch_add(&x->next, 1)) < x->K;) x->status[k] = x->chunk(x, k);
+    return TSGU_OK;
+}
+
 int tsgu_softmax_coo(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz, const int64_t *sizes,
                      const void *val, tsgu_real rtype, int is_log, int64_t *ptr, void *out, int nthreads,
                      int64_t *bad)
@@ -62,37 +79,39 @@ int tsgu_softmax_coo(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_
     if (T > TSGU_MAX_THREADS) T = TSGU_MAX_THREADS;
     if (T > nnz / TSGU_MIN_ENTRIES) T = nnz / TSGU_MIN_ENTRIES;
     if (T < 1) T = 1;
+    const int64_t K = T == 1 ? 1 : T * TSGU_CHUNKS;
     const int64_t *bi = sparse_dims == 3 ? idx : NULL, *ri = idx + (sparse_dims - 2) * ld;
-    int64_t bounds[TSGU_MAX_THREADS + 1], first_bad[TSGU_MAX_THREADS];
+    int64_t bounds[TSGU_CHUNKS * TSGU_MAX_THREADS + 1], first_bad[TSGU_CHUNKS * TSGU_MAX_THREADS];
+    int status[TSGU_CHUNKS * TSGU_MAX_THREADS];
     bounds[0] = 0;
-    for (int64_t t = 1; t < T; t++) {
-        int64_t s = nnz * t / T, lo = s, hi = nnz;  /* s >= 1: T <= nnz */
+    for (int64_t k = 1; k < K; k++) {
+        int64_t s = nnz * k / K, lo = s, hi = nnz;  /* s >= 1: K <= nnz */
         while (lo < hi) {             /* the first entry of [s, nnz) past the row of s - 1 */
             int64_t mid = lo + (hi - lo) / 2;
             if (row_after(bi, ri, mid, s - 1)) hi = mid;
             else lo = mid + 1;
         }
-        bounds[t] = lo < bounds[t - 1] ? bounds[t - 1] : lo;
+        bounds[k] = lo < bounds[k - 1] ? bounds[k - 1] : lo;
     }
-    bounds[T] = nnz;
-    softmax_coo_ctx x = {idx, ld, sparse_dims, nnz, T, sizes, bounds, val, is_log, ptr, out, first_bad};
-    int status = tsgu_parallel_tasks(T, TSGU_PICK_HALF(softmax_coo_task, rtype, TSGU_I64), &x);
-    if (status == TSGU_EIDX_RANGE && bad) {
-        int64_t t = 0;
-        while (first_bad[t] < 0) t++;        /* a chunk found one: the status says so */
-        *bad = first_bad[t];
-    }
-    return status;
+    bounds[K] = nnz;
+    softmax_coo_ctx x = {idx, ld, sparse_dims, nnz, K, sizes, bounds, val, is_log, ptr, out, status, first_bad,
+                         TSGU_PICK_HALF(softmax_coo_chunk, rtype, TSGU_I64), 0};
+    tsgu_parallel_tasks(T, softmax_coo_thread, &x);
+    for (int64_t k = 0; k < K; k++)      /* the first chunk in error: the first entry in error */
+        if (status[k] != TSGU_OK) {
+            if (status[k] == TSGU_EIDX_RANGE && bad) *bad = first_bad[k];
+            return status[k];
+        }
+    return TSGU_OK;
 }
 
 #else /* template body: real_t, acc_t, TSGU_LOAD, TSGU_STORE, TSGU_FN (idx_t unused: COO indices are int64) */
 
 #include "tsgu_softmax.h"
 
-TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_task)(void *vctx, int64_t t)
+TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, int64_t k)
 {
-    const softmax_coo_ctx *x = vctx;
-    const int64_t sd = x->sd, nnz = x->nnz, e0 = x->bounds[t], e1 = x->bounds[t + 1];
+    const int64_t sd = x->sd, nnz = x->nnz, e0 = x->bounds[k], e1 = x->bounds[k + 1];
     const int64_t *bi = sd == 3 ? x->idx : NULL;      /* batch index, if any */
     const int64_t *ri = x->idx + (sd - 2) * x->ld;    /* row index */
     const int64_t *ci = x->idx + (sd - 1) * x->ld;    /* column index */
@@ -106,11 +125,11 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_task)(void *vctx, int64_t t)
      * of the one before the chunk is checked by the chunk that owns it), and the first
      * entry of e's row in this chunk */
     int64_t prev = -1, prevj = -1, start = e0;
-    x->bad[t] = -1;
+    x->bad[k] = -1;
     if (e0 > 0) {
         int64_t b = bi ? bi[e0 - 1] : 0, i = ri[e0 - 1];
         if (b < 0 || b >= nb || i < 0 || i >= n) {
-            x->bad[t] = e0 - 1;
+            x->bad[k] = e0 - 1;
             return TSGU_EIDX_RANGE;
         }
         prev = b * n + i;
@@ -119,7 +138,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_task)(void *vctx, int64_t t)
     for (int64_t e = e0; e < e1; e++) {
         int64_t b = bi ? bi[e] : 0, i = ri[e], j = ci[e];
         if (b < 0 || b >= nb || i < 0 || i >= n || j < 0 || j >= m) {
-            x->bad[t] = e;
+            x->bad[k] = e;
             return TSGU_EIDX_RANGE;
         }
         int64_t r = b * n + i;
@@ -136,7 +155,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_task)(void *vctx, int64_t t)
         prevj = j;
     }
     if (start < e1) TSGU_FN(softmax_row)(v + start, y + start, e1 - start, 1, keep, x->is_log);
-    if (t == x->T - 1)                                    /* rows after the last entry */
+    if (k == x->K - 1)                                    /* rows after the last entry */
         for (int64_t s = prev + 1; s <= nb * n; s++) ptr[s] = nnz;
     return TSGU_OK;
 }
