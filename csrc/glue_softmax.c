@@ -1,6 +1,7 @@
 /* glue_softmax.c: the entry points of sparse_softmax and sparse_log_softmax
- * (softmax_rows.c, softmax_grad.c). */
+ * (softmax_rows.c, softmax_coo.c, softmax_grad.c). */
 #include "glue.h"
+#include <string.h>
 
 /* an array of `heads` values per stored entry of A, (nnz, heads) contiguous, of A's value type */
 static int entry_array(const held *h, const tsgu_csr *A, long long heads)
@@ -38,6 +39,50 @@ static int softmax_rows_kernel(frame *f)
     return tsgu_softmax_rows(&f->A, a[6].L, a[7].i, !a[8].i, data_of(a[9].t), a[10].i);
 }
 
+/* ---- softmax_coo(indices, values, sizes, coalesced, log, row_ptr, out, nthreads) -> bool ----
+ * softmax_rows of a COO A given by its indices ((2|3, nnz) int64, unit-stride rows)
+ * and values (nnz, 1), in one pass over the indices (softmax_coo.c): every index
+ * checked, the row pointers written into row_ptr (int64, batch*n+1: A's view) and the
+ * softmax (log-softmax with log) into out (nnz, 1).  True when done.  Entries not
+ * strictly increasing in (row, col) raise coo_row_ptr's errors where A is flagged
+ * coalesced; where it is not, they return False, with out and row_ptr unspecified:
+ * the caller takes A's view instead (which coalesces them).  Written out: the status
+ * is mapped after the kernel. */
+static PyObject *py_softmax_coo(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *oi, *ov, *osizes, *optr, *oout;
+    int64_t sizes[3], sd, R, ld, nnz, bad = -1;
+    int coalesced, is_log, nthreads, status, rt = -1;
+    call c = {0};
+    const held *h = c.t;
+    tsgu_csr A;
+    if (!PyArg_ParseTuple(args, "OOOppOOi", &oi, &ov, &osizes, &coalesced, &is_log, &optr, &oout, &nthreads))
+        return NULL;
+    if (take_coo(&c, oi, osizes, sizes, &sd, &R, &ld, &nnz) || take(&c, ov, "values") ||
+        (rt = real_type(&h[1], 1)) < 0 || take_row_ptr(&c, optr, R) || take(&c, oout, "out"))
+        return finish(&c, -1);
+    memset(&A, 0, sizeof A);
+    A.nnz = nnz;
+    A.rtype = rt;
+    if (entry_array(&h[1], &A, 1) || entry_array(&h[3], &A, 1)) return finish(&c, -1);
+    const int64_t *idx = data_of(&h[0]);
+    Py_BEGIN_ALLOW_THREADS
+    status = tsgu_softmax_coo(idx, ld, sd, nnz, sizes, data_of(&h[1]), rt, is_log, data_of(&h[2]), data_of(&h[3]),
+                              nthreads, &bad);
+    Py_END_ALLOW_THREADS
+    int done = 1;
+    if (!coalesced && (status == TSGU_EIDX_ORDER || status == TSGU_ECOL_ORDER)) {
+        status = TSGU_OK;
+        done = 0;
+    }
+    if (status == TSGU_EIDX_RANGE) status = raise_coo_range(idx, ld, sd, sizes, bad);
+    PyObject *none = finish(&c, status);
+    if (!none) return NULL;
+    Py_DECREF(none);
+    return PyBool_FromLong(done);
+}
+
 /* ---- softmax_grad(ptr, col, batch, n, m, heads, y, g, log, out, nthreads) ----
  * y, g, out (nnz, heads): out = the gradient w.r.t. the values of y = softmax_rows
  * (log: log-softmax) for y's gradient g. */
@@ -62,5 +107,7 @@ ENTRY(softmax_grad, "ttLLLLttpti", softmax_grad_check, softmax_grad_kernel, NULL
 
 PyMethodDef glue_softmax[] = {
     METHOD(softmax_rows, "softmax_rows(crow, col, values, batch, n, m, heads, log, cols_checked, out, nthreads)"),
+    {"softmax_coo", py_softmax_coo, METH_VARARGS,
+     "softmax_coo(indices, values, sizes, coalesced, log, row_ptr, out, nthreads) -> done"},
     METHOD(softmax_grad, "softmax_grad(crow, col, batch, n, m, heads, y, grad, log, out, nthreads)"),
     {NULL, NULL, 0, NULL}};

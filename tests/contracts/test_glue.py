@@ -179,6 +179,44 @@ def test_transpose_pattern_matches_stable_sort_for_any_thread_count(itype, batch
         torch.set_num_threads(old)
 
 
+def test_softmax_coo_entry_point():
+    """_C.softmax_coo: the row pointers and the softmax of COO arrays in one call; False
+    where the caller must take the view instead (entries not sorted and unique, not
+    flagged coalesced), the intake's errors where they are flagged; errors for
+    malformed input."""
+    from torchsparsegradutils import _C
+    D = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 0.0], [0.0, 3.0, 4.0]], dtype=torch.float64)
+    A = D.to_sparse().coalesce()
+    idx, val = A.indices(), A.values()[:, None]
+
+    def run(idx, val, coalesced=True, sizes=(3, 3), log=False, ptr=None, out=None):
+        ptr = torch.empty(sizes[0] + 1, dtype=torch.int64) if ptr is None else ptr
+        out = torch.empty(idx.shape[1], 1, dtype=torch.float64) if out is None else out
+        return _C.softmax_coo(idx, val, sizes, coalesced, log, ptr, out, 1), ptr, out
+
+    for log in (False, True):
+        done, ptr, y = run(idx, val, log=log)
+        assert done is True and torch.equal(ptr, torch.tensor([0, 2, 2, 4]))
+        want = torch.sparse.log_softmax(A, 1) if log else torch.sparse.softmax(A, 1)
+        torch.testing.assert_close(y[:, 0], want.values())
+    for bad in (idx[:, [2, 3, 0, 1]], idx[:, [1, 0, 2, 3]], idx[:, [0, 0, 1, 2]]):   # rows, columns, a repeat
+        assert run(bad, val, coalesced=False)[0] is False
+        with pytest.raises(ValueError, match="malformed sparse matrix"):
+            run(bad, val)
+    for args, kwargs, exc, match in [
+            ((idx.clamp(max=3) + (idx == 2), val), {}, ValueError, "column index 3 at entry 1 is out of range"),
+            ((idx, val[:3]), {}, ValueError, "shape"),
+            ((idx.int(), val), {}, ValueError, "int64 of shape"),
+            ((idx.t().contiguous().t(), val), {}, ValueError, "unit-stride rows"),
+            ((idx, val.long()), {}, TypeError, "values must be"),
+            ((idx, val), dict(out=torch.empty(4, 1)), TypeError, "out must have the dtype"),
+            ((idx, val), dict(sizes=(3,)), ValueError, "tuple of 2 or 3"),
+            ((idx, val), dict(ptr=torch.empty(3, dtype=torch.int64)), ValueError, "row_ptr must be int64 with 4"),
+            ((idx, val), dict(out=torch.empty(4, 2, dtype=torch.float64)[:, :1]), ValueError, "contiguous")]:
+        with pytest.raises(exc, match=match):
+            run(*args, **kwargs)
+
+
 @pytest.mark.parametrize("batched", [False, True])
 def test_coo_row_pointers_for_any_thread_count(batched):
     """The parallel COO -> row pointer pass equals a bincount, with empty first/last rows."""

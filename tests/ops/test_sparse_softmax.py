@@ -330,6 +330,88 @@ def test_same_bits_for_any_thread_count(dim, layout):
         assert all(torch.equal(x, y) for x, y in zip(results[0], r))
 
 
+def _coo_pattern(batched, seed=21):
+    """Sorted and unique COO indices of more than 2 * 2**15 entries (softmax_coo.c gives
+    threads chunks of at least 2**15): rows of 0 to 60 entries, the first and last rows
+    empty, a hub row of about 20000 entries; (indices, sizes)."""
+    g = torch.Generator().manual_seed(seed)
+    b, n, m = (2, 1500, 40000) if batched else (1, 3000, 40000)
+    counts = torch.randint(0, 61, (b * n,), generator=g)
+    counts[0] = counts[-1] = 0
+    counts[n // 2] = 30000                                       # a hub row, in item 0
+    rows = torch.repeat_interleave(torch.arange(b * n), counts)
+    key = torch.unique(rows * m + torch.randint(0, m, rows.shape, generator=g))   # sorted, repeats dropped
+    rows, cols = key // m, key % m
+    idx = [rows // n, rows % n, cols] if batched else [rows, cols]
+    return torch.stack(idx), ((b, n, m) if batched else (n, m))
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["2d", "batched"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16], ids=str)
+def test_coo_rows_in_one_pass_are_the_csr_routes_bits(batched, dtype, monkeypatch):
+    """A CPU COO tensor's rows go through softmax_coo.c (its indices checked, its row
+    pointers built and the softmax taken in one pass): the bits of the route through its
+    CSR view (as_csr, softmax_rows.c) it replaces, for any thread count, forward and
+    backward, empty rows and a hub row included; and torch.sparse.softmax's values."""
+    from torchsparsegradutils._backends import cpu
+    idx, sizes = _coo_pattern(batched)
+    vals = (torch.randn(idx.shape[1], generator=torch.Generator().manual_seed(22)) * 3).to(dtype)
+    w = torch.linspace(-1, 1, idx.shape[1], dtype=dtype)
+    fused, calls = cpu.softmax_coo, []
+    for kind in FNS:
+        results = []
+        for one_pass, t in ((False, 1), (True, 1), (True, 2), (True, 3)):
+            monkeypatch.setattr(cpu, "softmax_coo", lambda *a: calls.append(1) or fused(*a) if one_pass else None)
+            with num_threads(t):
+                v = vals.clone().requires_grad_()
+                Y = FNS[kind](sparse_coo_tensor(idx, v, sizes, is_coalesced=True), -1)
+                (Y.values() * w).sum().backward()
+                results.append((Y.values().detach(), v.grad))
+        assert all(torch.equal(x, y) for r in results[1:] for x, y in zip(results[0], r))
+        want = TORCH_FNS[kind](torch.sparse_coo_tensor(idx, vals.double(), sizes), -1).values()
+        torch.testing.assert_close(results[1][0].double(), want, **TOL.get(dtype, dict(atol=1e-3, rtol=0.01)))
+    assert len(calls) == 2 * 3
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_malformed_coo_rows_raise_the_intakes_errors(threads):
+    """Unsorted rows, a repeated or unsorted column, an index out of range: softmax_coo.c's
+    errors are the ValueErrors (messages and all) of the intake it replaces (as_csr), for
+    the first entry in error, wherever the chunks of the threads fall; a COO not flagged
+    coalesced is coalesced instead (its softmax is torch.sparse.softmax's)."""
+    from torchsparsegradutils._core.intake import as_csr
+    idx, sizes = _coo_pattern(False)
+    nnz, late = idx.shape[1], idx.shape[1] - 5                   # late: in the second chunk
+    vals = torch.randn(nnz, dtype=torch.float64)
+    cases = {}
+    for name, at in (("early", 3), ("late", late)):
+        rows = idx.clone()                                       # a row before the one before it
+        rows[0, at] = rows[0, at - 1] - 1 if rows[0, at - 1] > 0 else 0
+        rows[0, at - 1] = max(int(rows[0, at - 1]), 1)
+        repeat = idx.clone()                                     # the column of the entry before, in its row
+        repeat[:, at] = repeat[:, at - 1]
+        out = idx.clone()
+        out[1, at] = sizes[1] + at
+        both = rows.clone()                                      # an order error before a range error
+        both[1, late + 2] = -1
+        cases.update({f"rows {name}": rows, f"repeat {name}": repeat, f"range {name}": out, f"both {name}": both})
+    for name, bad in cases.items():
+        with pytest.raises(ValueError) as want:
+            as_csr(torch.sparse_coo_tensor(bad, vals, sizes, is_coalesced=True, check_invariants=False))
+        for fn in FNS.values():
+            with num_threads(threads), pytest.raises(ValueError) as got:
+                fn(torch.sparse_coo_tensor(bad, vals, sizes, is_coalesced=True, check_invariants=False), -1)
+            assert str(got.value) == str(want.value), name
+            assert str(got.value).startswith("malformed sparse matrix"), name
+        A = torch.sparse_coo_tensor(bad, vals, sizes, check_invariants=False)  # not flagged: coalesced instead
+        if "range" in name or "both" in name:
+            with num_threads(threads), pytest.raises(ValueError, match="out of range"):
+                sparse_softmax(A, -1)
+            continue
+        with num_threads(threads):
+            torch.testing.assert_close(sparse_softmax(A, -1).values(), torch.sparse.softmax(A, -1).values())
+
+
 def test_inputs_unchanged_and_edits_after_forward_harmless():
     """The backward reads the output alone: an edit of A's values after the forward
     changes no gradient (nothing to detect)."""

@@ -373,6 +373,18 @@ def softmax(A: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
     return _backend(False, A.values, has_triton=by_rows).softmax(A, by_rows, log)
 
 
+def softmax_tensor(A: torch.Tensor, by_rows: bool, log: bool):
+    """(view, y): as_csr(A, compress_rows=True) of a torch sparse A (detached) and y =
+    softmax(view, by_rows, log); on the cpu route, a COO A's rows in one C pass over its
+    indices that checks them, builds the view's row pointers and takes the softmax."""
+    if by_rows and A.layout is torch.sparse_coo and _backend(False, A, has_triton=True) is cpu:
+        done = cpu.softmax_coo(A, log)
+        if done is not None:
+            return done
+    view = as_csr(A, compress_rows=True)
+    return view, softmax(view, by_rows, log)
+
+
 def softmax_grad(A: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, log: bool) -> torch.Tensor:
     """d(sum g * y)/d A.values for y = softmax(A, by_rows, log): y * (g - S(g * y)), or
     for log g - exp(y) * S(g), S(x)[e] the sum of x over e's group (A.values unused)."""

@@ -4,12 +4,14 @@ computes (the structure checks are the intake's, _core/intake.py).
 Every wrapper takes CPU tensors; the route to it is chosen in _backends/__init__.py.
 Outputs are allocated here and written by C; the thread count is PyTorch's.
 """
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
 from .._core.native import _C
-from .._core.view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, dense_operand, plain, product_itype
+from .._core.structures import unit_stride_rows
+from .._core.view import (HYPERSPARSE_ROWS_PER_ENTRY, CSRView, dense_operand, hypersparse, kernel_array, plain,
+                          product_itype)
 
 
 # ---------------------------------------------------------------- products (sparse_mm)
@@ -296,6 +298,26 @@ def softmax(view: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
         T, perm = _transposed(view, view.values)
         return _scattered(_softmax_rows(T, heads, log, True), perm, view.values)
     return _softmax_rows(view, heads, log, view.coo_indices is not None)
+
+
+def softmax_coo(A: torch.Tensor, log: bool) -> Optional[Tuple[CSRView, torch.Tensor]]:
+    """(view, y): A's view, as _core.intake.as_csr(A, compress_rows=True) makes it, and
+    the softmax (log-softmax with log) of each row of a COO A, in one pass over A's
+    indices that checks them and writes the view's row pointers (csrc/softmax_coo.c).
+    None where that does not apply (A hypersparse, or its entries not sorted and unique
+    and A not flagged coalesced): then take A's view."""
+    sizes = tuple(A.shape)
+    batch = sizes[0] if len(sizes) == 3 else 1
+    indices = unit_stride_rows(plain(A._indices()))
+    if hypersparse(batch * sizes[-2], indices.shape[1]):
+        return None
+    val = kernel_array(A._values())
+    ptr = torch.empty(batch * sizes[-2] + 1, dtype=torch.int64)
+    y = torch.empty(val.shape, dtype=val.dtype)
+    if not _C.softmax_coo(indices, val.view(-1, 1), sizes, A.is_coalesced(), log, ptr, y.view(-1, 1),
+                          torch.get_num_threads()):
+        return None
+    return CSRView(ptr, indices[-1], val, batch, sizes[-2], sizes[-1], A.shape, indices), y
 
 
 def _softmax_rows(view: CSRView, heads: int, log: bool, cols_checked: bool) -> torch.Tensor:

@@ -15,7 +15,7 @@ from . import native
 from .native import _C
 from .structures import (_check_coo_ranges, _global_rows, check_coo_order, coo_structure, coo_view_by_torch_ops,
                          cuda_structure, unit_stride_rows)
-from .view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, check_arrays, plain
+from .view import CSRView, check_arrays, hypersparse, plain
 
 
 def as_csr(A: torch.Tensor, compress_rows: bool = False) -> CSRView:
@@ -73,9 +73,9 @@ def _from_coo(A: torch.Tensor, compress_rows: bool) -> CSRView:
     sizes = tuple(A.shape)
     batch = sizes[0] if len(sizes) == 3 else 1
     indices, val = unit_stride_rows(plain(A._indices())), plain(A._values())
-    hypersparse = compress_rows and batch * sizes[-2] > HYPERSPARSE_ROWS_PER_ENTRY * (indices.shape[1] + 1)
-    if hypersparse or not (A.is_cpu or (A.is_cuda and native.cuda_kernels())):
-        return coo_view_by_torch_ops(A, indices, val, hypersparse)
+    kept_rows = compress_rows and hypersparse(batch * sizes[-2], indices.shape[1])
+    if kept_rows or not (A.is_cpu or (A.is_cuda and native.cuda_kernels())):
+        return coo_view_by_torch_ops(A, indices, val, kept_rows)
     s = coo_structure(indices, sizes, A.is_coalesced())
     return CSRView(s.ptr, s.indices[-1], s.values_of(val).contiguous(), batch, sizes[-2], sizes[-1], A.shape,
                    s.indices)

@@ -24,6 +24,11 @@ from .torch_sparse import coo_tensor, csr_tensor, user_checks
 HYPERSPARSE_ROWS_PER_ENTRY = 8
 
 
+def hypersparse(rows: int, nnz: int) -> bool:
+    """Is a COO matrix of `rows` rows (all items of a batch) and nnz entries hypersparse?"""
+    return rows > HYPERSPARSE_ROWS_PER_ENTRY * (nnz + 1)
+
+
 class CSRView(NamedTuple):
     """Row pointers + columns + values of `batch` matrices of `nrows` x `ncols`.
 

@@ -25,7 +25,7 @@ from .._core.saved import load_operand, save_operand
 from .._core.sparse_csr import SparseCSR
 from .._core.undefined_grad import none_for_undefined
 from .._core.validate import SparseSpec, check_sparse, constant_dim, eager_only, refuse_create_graph
-from .._core.view import HYPERSPARSE_ROWS_PER_ENTRY, CSRView, check_arrays, view_of
+from .._core.view import CSRView, check_arrays, hypersparse, view_of
 
 
 @torch.library.custom_op("tsgu::lse", mutates_args=())
@@ -243,9 +243,8 @@ def _row_view(A: Tensor, mode: str):
 
 
 def _tall_hypersparse(A: Tensor) -> bool:
-    """A COO A with more than HYPERSPARSE_ROWS_PER_ENTRY rows per stored entry and
-    more rows than columns?"""
+    """A hypersparse COO A (view.hypersparse) with more rows than columns?"""
     if A.layout != torch.sparse_coo:
         return False
     rows = A.shape[-2] * (A.shape[0] if A.dim() == 3 else 1)
-    return rows > HYPERSPARSE_ROWS_PER_ENTRY * (A._nnz() + 1) and A.shape[-2] > A.shape[-1]
+    return hypersparse(rows, A._nnz()) and A.shape[-2] > A.shape[-1]

@@ -23,7 +23,6 @@ import torch
 from torch import Tensor
 
 from .. import _backends
-from .._core.intake import as_csr
 from .._core.saved import load_operand, save_operand
 from .._core.sparse_csr import SparseCSR
 from .._core.undefined_grad import none_for_undefined
@@ -161,16 +160,16 @@ _softmax_eager = eager_only(_softmax_tensor)   # torch sparse tensors: a graph b
 
 
 class SparseSoftmax(torch.autograd.Function):
-    """The eager path of a torch sparse COO/CSR (b, n, m) or (n, m) input: _backends.softmax
-    of its CSR view, returned on its pattern; the backward reads the output alone (an
-    in-place edit of A's values after the forward cannot change it).  Differentiable
-    once: the custom ops of a SparseCSR give second derivatives."""
+    """The eager path of a torch sparse COO/CSR (b, n, m) or (n, m) input: the softmax of
+    its CSR view (_backends.softmax_tensor, which makes the view), returned on its
+    pattern; the backward reads the output alone (an in-place edit of A's values after
+    the forward cannot change it).  Differentiable once: the custom ops of a SparseCSR
+    give second derivatives."""
 
     @staticmethod
     def forward(ctx, A, by_rows, log):
         ctx.set_materialize_grads(False)     # an undefined gradient reaches backward as None
-        view = as_csr(A.detach(), compress_rows=True)
-        y = _backends.softmax(view, by_rows, log)
+        view, y = _backends.softmax_tensor(A.detach(), by_rows, log)
         if ctx.needs_input_grad[0]:
             save_operand(ctx, A, view, False, y)
             ctx.by_rows, ctx.log = by_rows, log
