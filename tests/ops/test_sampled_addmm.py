@@ -246,7 +246,8 @@ def test_multi_head_is_each_head_on_its_own(path, dtype):
 def test_multi_head_is_the_single_head_op_bit_for_bit(path, k):
     """Each head of a multi-head call (the heads on one copy of the pattern on the C
     route) has the bits of the single-head call on its own values, X and Y, for any
-    thread count: rows without entries, a hub row, an odd width."""
+    thread count: rows without entries, a hub row, an odd width.  Bits on the C route
+    only: the torch-ops route's sums are PyTorch's, whose order is not ours to promise."""
     n, m, H = 90, 70, 4
     gen = torch.Generator().manual_seed(31)
     D = torch.rand(n, m, generator=gen, dtype=torch.float64)
@@ -261,10 +262,16 @@ def test_multi_head_is_the_single_head_op_bit_for_bit(path, k):
     for t in (1, 2):
         with num_threads(t):
             outs.append(sampled_addmm(S._replace(values=values), X, Y, 0.5, 2.0).values)
-    assert torch.equal(outs[0], outs[1])
+    def check(a, b):
+        if path == "c_kernels":
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a, b, **TOL[torch.float64])
+
+    check(outs[0], outs[1])
     for h in range(H):
         one = sampled_addmm(S._replace(values=values[:, h].contiguous()), X[h], Y[h], 0.5, 2.0).values
-        assert torch.equal(outs[0][:, h], one)
+        check(outs[0][:, h], one)
 
 
 def test_multi_head_gradcheck(path):
