@@ -25,10 +25,11 @@
  * thread: one that starts late, or is descheduled by other load, takes fewer
  * instead of holding the others up).  Each row is computed by one thread and each
  * pointer written by the chunk holding the entry where the row index first reaches
- * it; the first chunk in error names the status; so the results do not depend on
- * the thread count or on which thread took which chunk. */
+ * it (and, on entries out of order, by one chunk at most: tsgu_coo.h's limits); the
+ * first chunk in error names the status; so the results do not depend on the thread
+ * count or on which thread took which chunk. */
 #include <stdatomic.h>
-#include "tsgu.h"
+#include "tsgu_coo.h"
 #include "tsgu_parallel.h"
 #include "tsgu_exp.h" /* last: its pragmas apply to the rest of the file */
 
@@ -36,10 +37,10 @@
 #define TSGU_CHUNKS 8              /* chunks per thread */
 
 typedef struct softmax_coo_ctx {
-    const int64_t *idx;
-    int64_t ld, sd, nnz, K;
-    const int64_t *sizes;
+    tsgu_coo c;
+    int64_t nnz, K;
     const int64_t *bounds; /* chunk k: entries [bounds[k], bounds[k+1]) */
+    const int64_t *lim;    /* and the pointers (lim[k], lim[k+1]] (tsgu_coo.h) */
     const void *val;       /* v, (nnz,) */
     int is_log;            /* 1: log-softmax */
     int64_t *ptr;
@@ -56,10 +57,10 @@ typedef struct softmax_coo_ctx {
 
 /* is the (batch, row) of entry e greater than that of entry f?  As pairs: no product
  * of indices not yet checked */
-static int row_after(const int64_t *bi, const int64_t *ri, int64_t e, int64_t f)
+static int row_after(const tsgu_coo *c, int64_t e, int64_t f)
 {
-    int64_t be = bi ? bi[e] : 0, bf = bi ? bi[f] : 0;
-    return be != bf ? be > bf : ri[e] > ri[f];
+    int64_t be = c->bi ? c->bi[e] : 0, bf = c->bi ? c->bi[f] : 0;
+    return be != bf ? be > bf : c->ri[e] > c->ri[f];
 }
 
 /* a thread: the chunks, as they come free */
@@ -80,21 +81,23 @@ int tsgu_softmax_coo(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_
     if (T > nnz / TSGU_MIN_ENTRIES) T = nnz / TSGU_MIN_ENTRIES;
     if (T < 1) T = 1;
     const int64_t K = T == 1 ? 1 : T * TSGU_CHUNKS;
-    const int64_t *bi = sparse_dims == 3 ? idx : NULL, *ri = idx + (sparse_dims - 2) * ld;
-    int64_t bounds[TSGU_CHUNKS * TSGU_MAX_THREADS + 1], first_bad[TSGU_CHUNKS * TSGU_MAX_THREADS];
+    const tsgu_coo c = tsgu_coo_of(idx, ld, sparse_dims, sizes);
+    int64_t bounds[TSGU_CHUNKS * TSGU_MAX_THREADS + 1], lim[TSGU_CHUNKS * TSGU_MAX_THREADS + 1],
+        first_bad[TSGU_CHUNKS * TSGU_MAX_THREADS];
     int status[TSGU_CHUNKS * TSGU_MAX_THREADS];
     bounds[0] = 0;
     for (int64_t k = 1; k < K; k++) {
         int64_t s = nnz * k / K, lo = s, hi = nnz;  /* s >= 1: K <= nnz */
         while (lo < hi) {             /* the first entry of [s, nnz) past the row of s - 1 */
             int64_t mid = lo + (hi - lo) / 2;
-            if (row_after(bi, ri, mid, s - 1)) hi = mid;
+            if (row_after(&c, mid, s - 1)) hi = mid;
             else lo = mid + 1;
         }
         bounds[k] = lo < bounds[k - 1] ? bounds[k - 1] : lo;
     }
     bounds[K] = nnz;
-    softmax_coo_ctx x = {idx, ld, sparse_dims, nnz, K, sizes, bounds, val, is_log, ptr, out, status, first_bad,
+    tsgu_coo_limits(&c, bounds, K, lim);
+    softmax_coo_ctx x = {c, nnz, K, bounds, lim, val, is_log, ptr, out, status, first_bad,
                          TSGU_PICK_HALF(softmax_coo_chunk, rtype, TSGU_I64), 0};
     tsgu_parallel_tasks(T, softmax_coo_thread, &x);
     for (int64_t k = 0; k < K; k++)      /* the first chunk in error: the first entry in error */
@@ -111,44 +114,32 @@ int tsgu_softmax_coo(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_
 
 TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, int64_t k)
 {
-    const int64_t sd = x->sd, nnz = x->nnz, e0 = x->bounds[k], e1 = x->bounds[k + 1];
-    const int64_t *bi = sd == 3 ? x->idx : NULL;      /* batch index, if any */
-    const int64_t *ri = x->idx + (sd - 2) * x->ld;    /* row index */
-    const int64_t *ci = x->idx + (sd - 1) * x->ld;    /* column index */
-    const int64_t nb = sd == 3 ? x->sizes[0] : 1, n = x->sizes[sd - 2], m = x->sizes[sd - 1];
+    const tsgu_coo *c = &x->c;
+    const int64_t e0 = x->bounds[k], e1 = x->bounds[k + 1], hi = x->lim[k + 1];
     const real_t *v = x->val;
     real_t *y = x->out;
-    int64_t *ptr = x->ptr;
+    int64_t *ptr = x->ptr, w = x->lim[k];   /* the last pointer written */
     /* softmax of a full-width type: the exps go straight into y, scaled by 1/sum after */
     const int keep = !x->is_log && !TSGU_NARROW;
-    /* global row and column of the entry before e (-1 before the first entry; the range
-     * of the one before the chunk is checked by the chunk that owns it), and the first
-     * entry of e's row in this chunk */
-    int64_t prev = -1, prevj = -1, start = e0;
+    /* global row and column of the entry before e, and the first entry of e's row in
+     * this chunk */
+    int64_t prev, prevj, start = e0;
     x->bad[k] = -1;
-    if (e0 > 0) {
-        int64_t b = bi ? bi[e0 - 1] : 0, i = ri[e0 - 1];
-        if (b < 0 || b >= nb || i < 0 || i >= n) {
-            x->bad[k] = e0 - 1;
-            return TSGU_EIDX_RANGE;
-        }
-        prev = b * n + i;
-        prevj = ci[e0 - 1];
-    }
+    int status = tsgu_coo_before(c, e0, &prev, &prevj, &x->bad[k]);
+    if (status != TSGU_OK) return status;
     for (int64_t e = e0; e < e1; e++) {
-        int64_t b = bi ? bi[e] : 0, i = ri[e], j = ci[e];
-        if (b < 0 || b >= nb || i < 0 || i >= n || j < 0 || j >= m) {
+        int64_t r = tsgu_coo_row(c, e), j = c->ci[e];
+        if (r < 0 || j < 0 || j >= c->m) {
             x->bad[k] = e;
             return TSGU_EIDX_RANGE;
         }
-        int64_t r = b * n + i;
         if (r == prev) {       /* never at e0: the chunk starts a row */
             if (j <= prevj) return TSGU_ECOL_ORDER;
         } else {
             if (r < prev) return TSGU_EIDX_ORDER;
             if (start < e)                                     /* the row before, checked */
                 TSGU_FN(softmax_row)(v + start, y + start, e - start, 1, keep, x->is_log);
-            for (int64_t s = prev + 1; s <= r; s++) ptr[s] = e;   /* rows (prev, r] start here */
+            for (int64_t top = r < hi ? r : hi; w < top;) ptr[++w] = e;   /* rows (prev, r] start here */
             prev = r;
             start = e;
         }
@@ -156,7 +147,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, in
     }
     if (start < e1) TSGU_FN(softmax_row)(v + start, y + start, e1 - start, 1, keep, x->is_log);
     if (k == x->K - 1)                                    /* rows after the last entry */
-        for (int64_t s = prev + 1; s <= nb * n; s++) ptr[s] = nnz;
+        while (w < hi) ptr[++w] = x->nnz;
     return TSGU_OK;
 }
 

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from support.checks import num_threads
 from support.children import SANITIZED, child_outcomes, run_child
 from support.operands import LAYOUTS, random_dense, seeded
 from support.mm import HALF, TOL, check_against_dense, dense_reference, grads_of, make_case
@@ -300,6 +301,25 @@ def test_out_of_range_coo_index_named_alike_for_any_thread_count():
                 sparse_mm(A, torch.ones(4, 1))
     finally:
         torch.set_num_threads(before)
+
+
+def test_unsorted_coo_rows_named_alike_for_any_thread_count():
+    """A COO tensor flagged coalesced whose early entry jumps to the last row, so that
+    every later chunk's rows lie before it: the same order error for any number of
+    threads (whose row-pointer writes stay apart: csrc/tsgu_coo.h), and the in-order
+    tensor's product unchanged by the thread count."""
+    nnz = 1 << 20
+    idx = torch.stack([torch.arange(nnz) // 4, torch.arange(nnz) % 4])
+    B = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    good = torch.sparse_coo_tensor(idx.clone(), torch.ones(nnz), (nnz // 4, 4), is_coalesced=True)
+    idx[0, 10] = nnz // 4 - 1
+    bad = torch.sparse_coo_tensor(idx, torch.ones(nnz), (nnz // 4, 4), is_coalesced=True, check_invariants=False)
+    want = good.to_dense() @ B
+    for threads in (1, 2, 4):
+        with num_threads(threads):
+            with pytest.raises(ValueError, match="not sorted by row"):
+                sparse_mm(bad, B)
+            torch.testing.assert_close(sparse_mm(good, B), want)
 
 
 def test_error_devices():

@@ -394,7 +394,10 @@ def test_malformed_coo_rows_raise_the_intakes_errors(threads):
         out[1, at] = sizes[1] + at
         both = rows.clone()                                      # an order error before a range error
         both[1, late + 2] = -1
-        cases.update({f"rows {name}": rows, f"repeat {name}": repeat, f"range {name}": out, f"both {name}": both})
+        ahead = idx.clone()                                      # the last row, with every later chunk's rows after it
+        ahead[0, at] = sizes[0] - 1
+        cases.update({f"rows {name}": rows, f"repeat {name}": repeat, f"range {name}": out, f"both {name}": both,
+                      f"ahead {name}": ahead})
     for name, bad in cases.items():
         with pytest.raises(ValueError) as want:
             as_csr(torch.sparse_coo_tensor(bad, vals, sizes, is_coalesced=True, check_invariants=False))
