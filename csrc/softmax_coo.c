@@ -13,8 +13,9 @@
  * in (r, col) (a row out of order: TSGU_EIDX_ORDER; a column out of order or repeated
  * in a row: TSGU_ECOL_ORDER); the status is that of the first entry in error,
  * whatever the thread count (y and ptr are then unspecified).  A row's softmax is
- * taken as soon as its entries are checked, by tsgu_softmax.h, as softmax_rows.c
- * takes it: the bits of softmax_rows on ptr.
+ * taken once its entries are checked (a row of up to 8 entries: with the next such
+ * row of the chunk), by tsgu_softmax.h's walk over rows, as softmax_rows.c takes it:
+ * the bits of softmax_rows on ptr.
  * The entries are cut into K chunks that start where a row does: chunk k starts at
  * the first entry past nnz*k/K whose (batch, row) exceeds that of the entry before
  * nnz*k/K, by a binary search over the row indices.  The search reads entries in
@@ -124,6 +125,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, in
     /* global row and column of the entry before e, and the first entry of e's row in
      * this chunk */
     int64_t prev, prevj, start = e0;
+    TSGU_FN(softmax_walk) walk = {.keep = keep, .is_log = x->is_log};
     x->bad[k] = -1;
     int status = tsgu_coo_before(c, e0, &prev, &prevj, &x->bad[k]);
     if (status != TSGU_OK) return status;
@@ -138,14 +140,15 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, in
         } else {
             if (r < prev) return TSGU_EIDX_ORDER;
             if (start < e)                                     /* the row before, checked */
-                TSGU_FN(softmax_row)(v + start, y + start, e - start, 1, keep, x->is_log);
+                TSGU_FN(softmax_rows_add)(&walk, v + start, y + start, e - start);
             for (int64_t top = r < hi ? r : hi; w < top;) ptr[++w] = e;   /* rows (prev, r] start here */
             prev = r;
             start = e;
         }
         prevj = j;
     }
-    if (start < e1) TSGU_FN(softmax_row)(v + start, y + start, e1 - start, 1, keep, x->is_log);
+    if (start < e1) TSGU_FN(softmax_rows_add)(&walk, v + start, y + start, e1 - start);
+    TSGU_FN(softmax_rows_end)(&walk);
     if (k == x->K - 1)                                    /* rows after the last entry */
         while (w < hi) ptr[++w] = x->nnz;
     return TSGU_OK;

@@ -49,6 +49,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int
     const int64_t n = A->nrows, m = A->ncols, H = x->heads;
     /* softmax of a full-width type: the exps go straight into y, scaled by 1/sum after */
     const int keep = !x->is_log && !TSGU_NARROW;
+    TSGU_FN(softmax_walk) w = {.keep = keep, .is_log = x->is_log};
     for (int64_t r = r0; r < r1; r++) {
         int64_t k = r / n, i = r - k * n, start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
@@ -57,8 +58,11 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int
             if (j <= prev || j >= m) return tsgu_col_error(j, m);
             prev = j;
         }
-        if (start < end) TSGU_FN(softmax_row)(Ax + start * H, out + start * H, end - start, H, keep, x->is_log);
+        if (start == end) continue;
+        if (H == 1) TSGU_FN(softmax_rows_add)(&w, Ax + start, out + start, end - start);
+        else TSGU_FN(softmax_row)(Ax + start * H, out + start * H, end - start, H, keep, x->is_log);
     }
+    TSGU_FN(softmax_rows_end)(&w);
     return TSGU_OK;
 }
 

@@ -16,14 +16,18 @@
  * One head is vectorized along the row (its max in eight lanes: the max is exact in
  * any order, NaNs skipped either way; a NaN then makes S, so the whole row, NaN),
  * several along the heads, with the same sums, so that head h of H gives the bits of
- * a single-head call on column h of the values.  16-bit values are computed in float
- * and rounded once. */
+ * a single-head call on column h of the values.  A one-head row of up to 16 entries is
+ * one block of a fixed width (softmax_short), and a walk over rows (softmax_rows_add)
+ * takes those of up to 8 two at a time: per row the cost is then a chain of dependent
+ * steps, which two rows run side by side.  16-bit values are computed in float and
+ * rounded once. */
 
 #ifndef TSGU_SOFTMAX_ONCE /* the parts that are the same in every variant */
 #define TSGU_SOFTMAX_ONCE
 #define TSGU_BLOCK 64 /* entries of a one-head row whose exps are computed together (a multiple of TSGU_LANES) */
 #define TSGU_LANES 8  /* lanes of a one-head row's max */
 #define TSGU_HEADS 8 /* heads of a several-head row done together */
+#define TSGU_SHORT 16 /* longest one-head row taken as one block of this fixed width (2 * TSGU_LANES) */
 #endif
 
 /* One entry's result from its head's max M and c, 1/S (keep: x is the exp kept
@@ -80,6 +84,44 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_one_head)(const real_t *v, real_t *y, 
         y[e] = TSGU_STORE(TSGU_FN(softmax_of)(TSGU_LOAD(x[e]), shift, c, keep, is_log));
 }
 
+/* one head, R rows (1 or 2) of len[r] <= W entries each (W = TSGU_LANES or TSGU_SHORT):
+ * softmax_one_head's steps over one block of fixed width W per row, padded with -inf:
+ * loops of a constant count, a row's length only in the masks of its loads (masked
+ * moves where the instruction set has them), so that no call, copy or loop exit that
+ * mispredicts is paid per row, and two rows' chains of dependent steps (max, exp,
+ * sum, divide) run side by side.  The sums are softmax_one_head's, in its order (the
+ * padding past its block adds exps of 0), and so is the max, but for which of +0 and
+ * -0 a tie keeps (the max of the lanes is taken over the padded block). */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_short)(const real_t *const *v, real_t *const *y,
+                                                             const int64_t *len, const int R, const int W, int keep,
+                                                             int is_log)
+{
+    acc_t a[2][TSGU_SHORT], d[2][TSGU_SHORT], lane[2][TSGU_LANES], shift[2], c[2];
+    double s[2][4] = {{0}};
+    /* each step for every row in turn: the rows' chains interleaved */
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < W; q++) a[r][q] = q < len[r] ? TSGU_LOAD(v[r][q]) : -INFINITY;
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < TSGU_LANES; q++) lane[r][q] = -INFINITY;
+    for (int r = 0; r < R; r++)
+        for (int g = 0; g < W; g += TSGU_LANES)
+            for (int q = 0; q < TSGU_LANES; q++) lane[r][q] = a[r][g + q] > lane[r][q] ? a[r][g + q] : lane[r][q];
+    for (int r = 0; r < R; r++) shift[r] = lane[r][0];
+    for (int q = 1; q < TSGU_LANES; q++)
+        for (int r = 0; r < R; r++) shift[r] = lane[r][q] > shift[r] ? lane[r][q] : shift[r];
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < W; q++) d[r][q] = TSGU_EXP((acc_t)(a[r][q] - shift[r]));
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < W; q += 4)
+            for (int l = 0; l < 4; l++) s[r][l] += d[r][q + l];
+    for (int r = 0; r < R; r++) c[r] = TSGU_FN(softmax_c)((s[r][0] + s[r][1]) + (s[r][2] + s[r][3]), keep);
+    for (int r = 0; r < R; r++)
+        for (int q = 0; q < W; q++)
+            d[r][q] = TSGU_FN(softmax_of)(keep ? d[r][q] : a[r][q], shift[r], c[r], keep, is_log);
+    for (int r = 0; r < R; r++)
+        for (int64_t q = 0, n = len[r] < W ? len[r] : W; q < n; q++) y[r][q] = TSGU_STORE(d[r][q]);  /* (n: len[r]) */
+}
+
 /* hb <= TSGU_HEADS heads of H, starting at v and y: vectorized along the heads */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_heads)(const real_t *v, real_t *y, int64_t len, int64_t H,
                                                              int64_t hb, int keep, int is_log)
@@ -115,11 +157,46 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_row)(const real_t *v, real
                                                            int keep, int is_log)
 {
     if (H == 1) {
-        TSGU_FN(softmax_one_head)(v, y, len, keep, is_log);
+        if (len <= TSGU_LANES) TSGU_FN(softmax_short)(&v, &y, &len, 1, TSGU_LANES, keep, is_log);
+        else if (len <= TSGU_SHORT) TSGU_FN(softmax_short)(&v, &y, &len, 1, TSGU_SHORT, keep, is_log);
+        else TSGU_FN(softmax_one_head)(v, y, len, keep, is_log);
         return;
     }
     int64_t h0 = 0;
     for (; h0 + TSGU_HEADS <= H; h0 += TSGU_HEADS)  /* whole groups: their width a constant */
         TSGU_FN(softmax_heads)(v + h0, y + h0, len, H, TSGU_HEADS, keep, is_log);
     if (h0 < H) TSGU_FN(softmax_heads)(v + h0, y + h0, len, H, H - h0, keep, is_log);
+}
+
+/* A walk over rows of one head that takes the rows of at most TSGU_LANES entries in
+ * pairs (softmax_short; wider pairs would not fit the vector registers):
+ * softmax_rows_add gives it a row, either taken at once or held until a second such
+ * row comes; softmax_rows_end takes the one held.  The rows are independent: the
+ * order in which they are taken changes no bit. */
+typedef struct {
+    const real_t *v[2];
+    real_t *y[2];
+    int64_t len[2];
+    int held;              /* 1: row 0 waits for a partner */
+    int keep, is_log;
+} TSGU_FN(softmax_walk);
+
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_rows_add)(TSGU_FN(softmax_walk) *w, const real_t *v, real_t *y,
+                                                                int64_t len)
+{
+    if (len > TSGU_LANES) {
+        TSGU_FN(softmax_row)(v, y, len, 1, w->keep, w->is_log);
+        return;
+    }
+    w->v[w->held] = v;
+    w->y[w->held] = y;
+    w->len[w->held] = len;
+    if (w->held) TSGU_FN(softmax_short)(w->v, w->y, w->len, 2, TSGU_LANES, w->keep, w->is_log);
+    w->held = !w->held;
+}
+
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_rows_end)(TSGU_FN(softmax_walk) *w)
+{
+    if (w->held) TSGU_FN(softmax_short)(w->v, w->y, w->len, 1, TSGU_LANES, w->keep, w->is_log);
+    w->held = 0;
 }

@@ -297,6 +297,31 @@ def test_group_holding_inf_is_nan_throughout(path, kind, dim, layout, dtype):
 
 
 @pytest.mark.parametrize("kind", FNS)
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_every_row_length_with_special_values(path, kind, layout, dtype):
+    """Rows of 1 to 40 stored entries (rows of up to 16 are taken in blocks of a fixed
+    width, those of up to 8 two at a time: csrc/tsgu_softmax.h), finite, with a -inf
+    among them, or with a +inf or a NaN, side by side in every order: torch.softmax's
+    values on the dense rows (absent entries -inf), NaN where it has NaN."""
+    g = torch.Generator().manual_seed(5)
+    special = {1: float("-inf"), 2: float("inf"), 3: float("nan")}
+    rows = [(n, s) for n in range(1, 41) for s in (0, 1, 0, 0, 2, 3, 0)]   # finite rows pair with any kind
+    D = torch.full((len(rows), 40), float("-inf"), dtype=dtype)
+    for r, (n, s) in enumerate(rows):
+        D[r, :n] = torch.randn(n, generator=g, dtype=dtype) * 3
+        if s:
+            D[r, (r * 7) % n] = special[s]
+    idx = torch.stack(torch.meshgrid(torch.arange(len(rows)), torch.arange(40), indexing="ij")).reshape(2, -1)
+    stored = torch.tensor([c < n for n, _ in rows for c in range(40)])
+    idx = idx[:, stored]
+    A = torch.sparse_coo_tensor(idx, D[idx[0], idx[1]], D.shape, is_coalesced=True)
+    y = _values(FNS[kind](A if layout == "coo" else A.to_sparse_csr(), -1))
+    want = (torch.log_softmax if kind == "log_softmax" else torch.softmax)(D, -1)[idx[0], idx[1]]
+    torch.testing.assert_close(y, want, equal_nan=True, **TOL[dtype])
+
+
+@pytest.mark.parametrize("kind", FNS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_16_bit_values_computed_in_float32(path, kind, dtype, layout):
