@@ -1,5 +1,5 @@
 /* glue_softmax.c: the entry points of sparse_softmax and sparse_log_softmax
- * (softmax_rows.c, softmax_coo.c, softmax_grad.c). */
+ * (softmax_rows.c, softmax_coo.c, softmax_grad.c; softmax_cols.c, softmax_cols_grad.c). */
 #include "glue.h"
 #include <string.h>
 
@@ -21,8 +21,10 @@ static int check_heads(long long heads)
 /* ---- softmax_rows(ptr, col, val, batch, n, m, heads, log, cols_checked, out, nthreads) ----
  * val, out (nnz, heads): the softmax (log-softmax with log) of every row's stored
  * values, each head on its own; the columns are checked unless cols_checked (the
- * caller has checked them: a COO tensor's indices). */
-static int softmax_rows_check(frame *f)
+ * caller has checked them: a COO tensor's indices).
+ * ---- softmax_cols(ptr, col, val, batch, n, m, heads, log, out, nthreads) ----
+ * the same over every column's stored values, the columns checked. */
+static int softmax_check(frame *f, int out)
 {
     const arg *a = f->a;
     long long heads = a[6].L;
@@ -31,12 +33,25 @@ static int softmax_rows_check(frame *f)
     if (rt < 0) return -1;
     f->A.rtype = rt;
     f->A.val = data_of(a[2].t);
-    return entry_array(a[2].t, &f->A, heads) || entry_array(a[9].t, &f->A, heads);
+    return entry_array(a[2].t, &f->A, heads) || entry_array(a[out].t, &f->A, heads);
+}
+static int softmax_rows_check(frame *f)
+{
+    return softmax_check(f, 9);
 }
 static int softmax_rows_kernel(frame *f)
 {
     const arg *a = f->a;
     return tsgu_softmax_rows(&f->A, a[6].L, a[7].i, !a[8].i, data_of(a[9].t), a[10].i);
+}
+static int softmax_cols_check(frame *f)
+{
+    return softmax_check(f, 8);
+}
+static int softmax_cols_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_softmax_cols(&f->A, a[6].L, a[7].i, data_of(a[8].t), a[9].i);
 }
 
 /* ---- softmax_coo(indices, values, sizes, coalesced, log, row_ptr, out, nthreads) -> bool ----
@@ -85,7 +100,9 @@ static PyObject *py_softmax_coo(PyObject *self, PyObject *args)
 
 /* ---- softmax_grad(ptr, col, batch, n, m, heads, y, g, log, out, nthreads) ----
  * y, g, out (nnz, heads): out = the gradient w.r.t. the values of y = softmax_rows
- * (log: log-softmax) for y's gradient g. */
+ * (log: log-softmax) for y's gradient g.
+ * ---- softmax_cols_grad(ptr, col, batch, n, m, heads, y, g, log, out, nthreads) ----
+ * the same for y = softmax_cols. */
 static int softmax_grad_check(frame *f)
 {
     const arg *a = f->a;
@@ -101,13 +118,24 @@ static int softmax_grad_kernel(frame *f)
     const arg *a = f->a;
     return tsgu_softmax_grad(&f->A, a[5].L, data_of(a[6].t), data_of(a[7].t), a[8].i, data_of(a[9].t), a[10].i);
 }
+static int softmax_cols_grad_kernel(frame *f)
+{
+    const arg *a = f->a;
+    return tsgu_softmax_cols_grad(&f->A, a[5].L, data_of(a[6].t), data_of(a[7].t), a[8].i, data_of(a[9].t),
+                                  a[10].i);
+}
 
 ENTRY(softmax_rows, "tttLLLLppti", softmax_rows_check, softmax_rows_kernel, NULL, CSR_NAMES, "values", "out")
 ENTRY(softmax_grad, "ttLLLLttpti", softmax_grad_check, softmax_grad_kernel, NULL, CSR_NAMES, "y", "grad", "out")
+ENTRY(softmax_cols, "tttLLLLpti", softmax_cols_check, softmax_cols_kernel, NULL, CSR_NAMES, "values", "out")
+ENTRY(softmax_cols_grad, "ttLLLLttpti", softmax_grad_check, softmax_cols_grad_kernel, NULL, CSR_NAMES, "y", "grad",
+      "out")
 
 PyMethodDef glue_softmax[] = {
     METHOD(softmax_rows, "softmax_rows(crow, col, values, batch, n, m, heads, log, cols_checked, out, nthreads)"),
     {"softmax_coo", py_softmax_coo, METH_VARARGS,
      "softmax_coo(indices, values, sizes, coalesced, log, row_ptr, out, nthreads) -> done"},
     METHOD(softmax_grad, "softmax_grad(crow, col, batch, n, m, heads, y, grad, log, out, nthreads)"),
+    METHOD(softmax_cols, "softmax_cols(crow, col, values, batch, n, m, heads, log, out, nthreads)"),
+    METHOD(softmax_cols_grad, "softmax_cols_grad(crow, col, batch, n, m, heads, y, grad, log, out, nthreads)"),
     {NULL, NULL, 0, NULL}};

@@ -42,7 +42,7 @@ enum {
 /* value types; the 16-bit ones (stored as uint16_t, summed in float, see
  * tsgu_half.h) only for the kernels of sparse_mm: spmm, spmm_t, sddmm and
  * their amax/amin forms spmm_arg, spmm_t_arg, sddmm_arg; and of sparse_softmax:
- * softmax_rows, softmax_coo, softmax_grad */
+ * softmax_rows, softmax_coo, softmax_grad, softmax_cols, softmax_cols_grad */
 typedef enum { TSGU_F32 = 0, TSGU_F64 = 1, TSGU_F16 = 2, TSGU_BF16 = 3 } tsgu_real;
 typedef enum { TSGU_I32 = 0, TSGU_I64 = 1 } tsgu_index; /* index types */
 
@@ -170,6 +170,10 @@ int tsgu_lse_grad(const tsgu_csr *A, const void *row_lse, const void *row_grad,
 int tsgu_softmax_rows(const tsgu_csr *A, int64_t heads, int is_log, int check_cols, void *out, int nthreads);
 int tsgu_softmax_grad(const tsgu_csr *A, int64_t heads, const void *y, const void *g, int is_log, void *out,
                       int nthreads);
+/* the same over each column's stored entries (softmax_cols.c, softmax_cols_grad.c) */
+int tsgu_softmax_cols(const tsgu_csr *A, int64_t heads, int is_log, void *out, int nthreads);
+int tsgu_softmax_cols_grad(const tsgu_csr *A, int64_t heads, const void *y, const void *g, int is_log, void *out,
+                           int nthreads);
 /* the same over the rows of a COO index array (coo_row_ptr.c's idx, ld, sparse_dims, nnz, sizes), one
  * value per entry of type rtype, the array checked and its row pointers ptr written in the same pass */
 int tsgu_softmax_coo(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz, const int64_t *sizes,

@@ -19,6 +19,10 @@ int tsgu_parallel_rows(const tsgu_csr *A, int64_t work_per_entry, int nthreads,
 /* the same with each row costing work_per_row besides its entries */
 int tsgu_parallel_rows_weighted(const tsgu_csr *A, int64_t work_per_entry, int64_t work_per_row, int nthreads,
                                 tsgu_rows_fn fn, void *ctx);
+/* Split the global columns [0, batch*ncols) into T <= nthreads contiguous ranges of
+ * about equal cost (entries + columns, the entries from a sample; split_cols.c);
+ * range t is [bounds[t], bounds[t+1]).  Returns T; bounds needs TSGU_MAX_THREADS+1 slots. */
+int64_t tsgu_split_cols(const tsgu_csr *A, int nthreads, int64_t *bounds);
 /* the rows of C = A·B in T <= chunks chunks of about equal products (spgemm_split.c);
  * A and B checked; returns T, or -1 for want of memory */
 int64_t tsgu_split_product_rows(const tsgu_csr *A, const tsgu_csr *B, int chunks, int nthreads, int64_t *bounds);

@@ -2,7 +2,9 @@
  * of H heads (softmax_rows.c, softmax_coo.c: the same bits from either), a template
  * fragment (no include guard): a kernel's template body includes it once per variant,
  * with real_t, acc_t, TSGU_LOAD, TSGU_STORE, TSGU_NARROW and TSGU_FN defined, after
- * tsgu_exp.h (whose pragmas must cover it).
+ * tsgu_exp.h (whose pragmas must cover it).  With TSGU_SOFTMAX_TERMS_ONLY defined, only
+ * the per-entry terms softmax_of and softmax_c (softmax_cols.c: a column's results
+ * from its max and sum).
  *     y_eh = exp(v_eh - M_h) / S_h        (log: y_eh = (v_eh - M_h) - log S_h)
  *     M_h = max_{f in the row} v_fh,  S_h = sum_{f in the row} exp(v_fh - M_h)
  * for the row's entries e and head h; the values are (len, H), v_eh at e*H + h.
@@ -46,6 +48,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE acc_t TSGU_FN(softmax_c)(double sum, int keep)
     return (acc_t)(keep ? 1.0 / sum : log(sum));
 }
 
+#ifndef TSGU_SOFTMAX_TERMS_ONLY
 /* one head: the row's entries in blocks, vectorized along the row; a block's exps
  * are taken over whole vectors, padded with -inf (whose exp, 0, adds nothing to
  * a sum: the bits are those of the unpadded sum) */
@@ -200,3 +203,4 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_rows_end)(TSGU_FN(softmax_
     if (w->held) TSGU_FN(softmax_short)(w->v, w->y, w->len, 1, TSGU_LANES, w->keep, w->is_log);
     w->held = 0;
 }
+#endif

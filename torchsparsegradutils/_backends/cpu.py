@@ -288,15 +288,18 @@ def lse_grad(view: CSRView, rows, cols) -> torch.Tensor:
 
 # ------------------------------------- softmax (sparse_softmax, sparse_log_softmax)
 def softmax(view: CSRView, by_rows: bool, log: bool) -> torch.Tensor:
-    """Softmax (log-softmax with log) over each row's (by_rows) or column's stored values
-    (csrc/softmax_rows.c), shaped like view.values.  Columns: as the rows of the
-    transpose's pattern (csrc/csr_transpose.c), the values gathered there and back
-    (not exp(v - column lse): the lse rounded to the values' dtype loses their low bits
-    at large magnitudes, and a column holding +inf would not be NaN throughout)."""
+    """Softmax (log-softmax with log) over each row's (by_rows, csrc/softmax_rows.c) or
+    column's (csrc/softmax_cols.c) stored values, shaped like view.values.  Columns with
+    no transpose: each thread owns a range of them and streams the entries in row order
+    (each result from the column's max and sum, not exp(v - column lse): the lse rounded
+    to the values' dtype loses their low bits at large magnitudes, and a column holding
+    +inf would not be NaN throughout)."""
     heads = _heads(view.col, view.values)
     if not by_rows:
-        T, perm = _transposed(view, view.values)
-        return _scattered(_softmax_rows(T, heads, log, True), perm, view.values)
+        y = torch.empty(view.values.shape, dtype=view.values.dtype)
+        _C.softmax_cols(view.ptr, view.col, plain(view.values).reshape(-1, heads), view.batch, view.nrows,
+                        view.ncols, heads, log, y.view(-1, heads), torch.get_num_threads())
+        return y
     return _softmax_rows(view, heads, log, view.coo_indices is not None)
 
 
@@ -322,7 +325,7 @@ def softmax_coo(A: torch.Tensor, log: bool) -> Optional[Tuple[CSRView, torch.Ten
 
 def _softmax_rows(view: CSRView, heads: int, log: bool, cols_checked: bool) -> torch.Tensor:
     """The kernel over rows; cols_checked: the columns need no check (a COO tensor's,
-    checked as its view was made, or the rows of A of a transpose's pattern)."""
+    checked as its view was made)."""
     y = torch.empty(view.values.shape, dtype=view.values.dtype)
     _C.softmax_rows(view.ptr, view.col, plain(view.values).reshape(-1, heads), view.batch, view.nrows, view.ncols,
                     heads, log, cols_checked, y.view(-1, heads), torch.get_num_threads())
@@ -330,38 +333,20 @@ def _softmax_rows(view: CSRView, heads: int, log: bool, cols_checked: bool) -> t
 
 
 def softmax_grad(view: CSRView, y: torch.Tensor, g: torch.Tensor, by_rows: bool, log: bool) -> torch.Tensor:
-    """The values gradient of softmax for its output y and y's gradient g
-    (csrc/softmax_grad.c), shaped like y."""
-    if not by_rows:
-        T, perm = _transposed(view, None)
-        flat = lambda t: _entry_major(t, perm.numel()).index_select(0, perm)  # noqa: E731
-        return _scattered(softmax_grad(T, flat(y), flat(g), True, log), perm, y)
+    """The values gradient of softmax for its output y and y's gradient g, over rows
+    (csrc/softmax_grad.c) or columns (csrc/softmax_cols_grad.c), shaped like y."""
     heads = _heads(view.col, y)
     out = torch.empty(y.shape, dtype=y.dtype)
-    _C.softmax_grad(view.ptr, view.col, view.batch, view.nrows, view.ncols, heads,
-                    plain(y).reshape(-1, heads).contiguous(), plain(g).to(y.dtype).reshape(-1, heads).contiguous(),
-                    log, out.view(-1, heads), torch.get_num_threads())
+    kernel = _C.softmax_grad if by_rows else _C.softmax_cols_grad
+    kernel(view.ptr, view.col, view.batch, view.nrows, view.ncols, heads,
+           plain(y).reshape(-1, heads).contiguous(), plain(g).to(y.dtype).reshape(-1, heads).contiguous(),
+           log, out.view(-1, heads), torch.get_num_threads())
     return out
 
 
 def _heads(col: torch.Tensor, values: torch.Tensor) -> int:
     """H of values shaped like col (1) or col + (H,): the heads of a multi-head softmax."""
     return values.shape[-1] if values.dim() > col.dim() else 1
-
-
-def _transposed(view: CSRView, values):
-    """(the view of every item's transpose, global row pointers, holding `values` in
-    its entry order (None: no values), perm: int64, the position in view's entry
-    arrays of each of the transpose's entries)."""
-    tptr, trow, tperm = transpose_pattern(view)
-    perm = tperm.long()
-    tvalues = None if values is None else _entry_major(plain(values), perm.numel()).index_select(0, perm)
-    return CSRView(tptr, trow, tvalues, view.batch, view.ncols, view.nrows, view.shape), perm
-
-
-def _scattered(yt: torch.Tensor, perm: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """yt, in the transpose's entry order, put back in view's order, shaped like `like`."""
-    return torch.empty(yt.shape, dtype=yt.dtype).index_copy_(0, perm, yt).reshape(like.shape)
 
 
 # ------------------------------------------------------ graph attention (graph_attention)
@@ -428,7 +413,3 @@ def gatv2_grad(A: CSRView, xl: torch.Tensor, xr: torch.Tensor, att: torch.Tensor
 def _seed(seed) -> int:
     """The dropout seed as the kernels take it: an unsigned 64-bit int (0 without dropout)."""
     return 0 if seed is None else int(seed) % 2**64
-
-def _entry_major(t: torch.Tensor, nnz: int) -> torch.Tensor:
-    """Values of nnz entries (a batch's stacked) as (nnz,), or (nnz, H) for H heads."""
-    return t.reshape(nnz) if t.numel() == nnz else t.reshape(nnz, -1)
