@@ -709,3 +709,103 @@ def test_softmax_hypersparse_coo_memory_is_o_nnz():
         print("OK")
     """, timeout=300, memory_limit=4 << 30)
     assert r.returncode == 0 and r.stdout.strip() == "OK", r.stdout + r.stderr[-3000:]
+
+
+# ------------------------------------------- columns: each thread owns a range of them
+def _column_skewed(dtype, heads, batched, seed=30):
+    """A SparseCSR of more than 2 * 2**16 entries (softmax_cols.c takes a second thread
+    from 2**17 on), every row holding column 0 and up to 60 columns drawn towards the
+    first ones (column j with density ~ 1/sqrt(j)): the columns' entries far from even,
+    so an even split of the columns would give one thread most of them; (nnz,) values
+    (heads 0) or (nnz, heads)."""
+    g = torch.Generator().manual_seed(seed)
+    b, n, m = (2, 1800, 400) if batched else (1, 3600, 400)
+    rows = torch.arange(b * n).repeat_interleave(61)
+    cols = (torch.rand(rows.shape, generator=g) ** 2 * m).long()
+    cols[::61] = 0
+    key = torch.unique(rows * m + cols)
+    rows, cols = key // m, key % m
+    idx = torch.stack([rows // n, rows % n, cols]) if batched else torch.stack([rows, cols])
+    A = torch.sparse_coo_tensor(idx, torch.ones(key.numel()), (b, n, m) if batched else (n, m)).coalesce()
+    S = SparseCSR.from_torch(A)
+    values = torch.randn((key.numel(), heads) if heads else (key.numel(),), generator=g, dtype=torch.float64) * 3
+    values[7] = float("-inf")                                   # a -inf beside finite values
+    return S._replace(values=values.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("heads", [0, 3])
+@pytest.mark.parametrize("batched", [False, True], ids=["2d", "batched"])
+def test_columns_same_bits_for_any_thread_count_on_a_skewed_matrix(dtype, heads, batched):
+    """Softmax and log-softmax over columns (softmax_cols.c, softmax_cols_grad.c: a range
+    of columns per thread, cut by a sample of the entries) give the same bits, forward
+    and backward, for 1 and 2 threads on a matrix whose columns hold very different
+    counts; and head h of several the bits of the single-head op on values[..., h]."""
+    S = _column_skewed(dtype, heads, batched)
+    assert S.values.shape[0] >= 2 * 2**16
+    W = torch.linspace(-1, 1, S.values.numel(), dtype=torch.float64).reshape(S.values.shape).to(dtype)
+    results = []
+    for t in (1, 2):
+        with num_threads(t):
+            for fn in FNS.values():
+                w = S.values.clone().requires_grad_()
+                Y = fn(S._replace(values=w), -2).values
+                (Y * W).sum().backward()
+                results.append((Y.detach(), w.grad))
+                if heads and t == 2:
+                    one = fn(S._replace(values=S.values[:, 1].contiguous()), -2).values
+                    assert torch.equal(Y[:, 1].detach(), one)
+    for one, two in zip(results[:2], results[2:]):
+        assert all(torch.equal(x, y) for x, y in zip(one, two))
+
+
+@pytest.mark.parametrize("kind", FNS)
+def test_columns_of_a_large_matrix_match_the_masked_dense_softmax(kind):
+    """The column route on 2 threads against the masked dense softmax (float64, dense
+    autograd for the gradient) on the column-skewed matrix: the thread split changes
+    nothing."""
+    S = _column_skewed(torch.float64, 0, batched=True)
+    w = S.values.clone().requires_grad_()
+    with num_threads(2):
+        Y = FNS[kind](S._replace(values=w), -2).values
+    G = torch.randn(Y.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    with num_threads(2):
+        (Y * G).sum().backward()
+    mask = dense_of(S._replace(values=torch.ones_like(S.values))) != 0
+    D = dense_of(S._replace(values=S.values.clone())).requires_grad_()
+    X = D.masked_fill(~mask, float("-inf"))
+    ref = (torch.log_softmax if kind == "log_softmax" else torch.softmax)(X, -2)
+    torch.testing.assert_close(Y.detach(), ref[mask], **TOL[torch.float64])
+    (ref[mask] * G).sum().backward()
+    torch.testing.assert_close(w.grad, D.grad[mask], **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_columns_malformed_indices_raise_for_any_thread_count(threads):
+    """A column out of range, negative or out of order late in a large SparseCSR is the
+    same "malformed sparse matrix" ValueError over columns as over rows, for 1 and 2
+    threads, forward and backward kernels alike."""
+    from torchsparsegradutils import _C
+    S = _column_skewed(torch.float64, 0, batched=False)
+    ptr, col = S.crow_indices, S.col_indices
+    row = int(torch.searchsorted(ptr, ptr[-1] - 100, right=True)) - 1    # a row near the end
+    e = int(ptr[row]) + 1
+    nnz, (n, m) = col.numel(), S.size
+    for bad in (m, -1, int(col[e - 1])):
+        c = col.clone()
+        c[e] = bad
+        messages = []
+        with num_threads(threads):
+            for fn in FNS.values():
+                for dim in (-1, -2):
+                    with pytest.raises(ValueError, match="malformed sparse matrix") as got:
+                        fn(SparseCSR(ptr, c, S.values, S.size), dim)
+                    messages.append(str(got.value))
+            y = torch.empty(nnz, 1, dtype=torch.float64)
+            for call in (lambda: _C.softmax_cols(ptr, c, y, 1, n, m, 1, False, y.clone(), threads),
+                         lambda: _C.softmax_cols_grad(ptr, c, 1, n, m, 1, y, y, True, y.clone(), threads),
+                         lambda: _C.softmax_rows(ptr, c, y, 1, n, m, 1, False, False, y.clone(), threads)):
+                with pytest.raises(ValueError, match="malformed sparse matrix") as got:
+                    call()
+                messages.append(str(got.value))
+        assert len(set(messages)) == 1, messages
