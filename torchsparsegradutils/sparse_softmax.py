@@ -7,8 +7,9 @@ are csrc/softmax_rows.c (max, shifted sum of exps and output, row by row) and
 csrc/softmax_grad.c (``y * (g - sum g*y)``, or ``g - exp(y) * sum g`` for the log),
 called through _backends.softmax / softmax_grad; a COO tensor's rows through
 csrc/softmax_coo.c (_backends.softmax_tensor), which checks its indices, builds the view's
-row pointers and takes the softmax in one pass; columns go through the pattern of the
-transpose (csrc/csr_transpose.c).  Other devices take the same steps through PyTorch
+row pointers and takes the softmax in one pass; columns through csrc/softmax_cols.c and
+csrc/softmax_cols_grad.c, with no transpose (each thread owns a range of the columns and
+streams the entries in row order).  Other devices take the same steps through PyTorch
 scatter ops.  A SparseCSR input goes through the custom operators tsgu::softmax and
 tsgu::softmax_grad (_ops/softmax.py), which torch.compile traces and which are differentiable
 to any order; a torch sparse tensor through the autograd Function SparseSoftmax, run
