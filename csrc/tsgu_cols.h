@@ -44,9 +44,9 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(cols_walk)(const tsgu_csr *A, int64
                     if (j <= prev || j >= m) return tsgu_col_error(j, m);
                     prev = j;
                 }
-                if (e + TSGU_COLS_AHEAD < nnz) {    /* not yet checked: clamped into [lo, hi) */
-                    int64_t cn = base + Aj[e + TSGU_COLS_AHEAD];
-                    cn = (uint64_t)(cn - lo) < (uint64_t)(hi - lo) ? cn : lo;
+                if (e + TSGU_COLS_AHEAD < nnz) {    /* not yet checked: unsigned, clamped into [lo, hi) */
+                    uint64_t off = (uint64_t)base + (uint64_t)Aj[e + TSGU_COLS_AHEAD] - (uint64_t)lo;
+                    int64_t cn = off < (uint64_t)(hi - lo) ? lo + (int64_t)off : lo;
                     TSGU_PREFETCH_W((const char *)pa + cn * sa);
                     if (pb) TSGU_PREFETCH_W((const char *)pb + cn * sb);
                 }
