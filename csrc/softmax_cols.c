@@ -48,9 +48,10 @@ int tsgu_softmax_cols(const tsgu_csr *A, int64_t heads, int is_log, void *out, i
     int64_t T = tsgu_split_cols(A, nthreads, x.bounds), C = A->batch * A->ncols;
     int64_t as = A->rtype == TSGU_F64 ? sizeof(double) : sizeof(float), blocks = T * 2 * TSGU_COLS_BLOCK * heads;
     if (C > ((int64_t)(SIZE_MAX / sizeof(double)) - blocks) / 2 / heads) return TSGU_ENOMEM;
-    x.sum = malloc((size_t)(C * heads * (int64_t)sizeof(double) + (2 * C * heads + blocks) * as));
+    int64_t bytes = C * heads * ((int64_t)sizeof(double) + 2 * as);    /* S, M and c */
+    x.sum = malloc((size_t)(bytes + blocks * as));
     if (!x.sum) return TSGU_ENOMEM;
-    tsgu_advise_output(x.sum, C * heads * (int64_t)sizeof(double) + 2 * C * heads * as);  /* randomly accessed: few TLB misses */
+    tsgu_advise_output(x.sum, bytes);     /* huge pages: read at random, so few TLB misses */
     x.shift = x.sum + C * heads;
     x.c = (char *)x.shift + C * heads * as;
     x.block = (char *)x.c + C * heads * as;

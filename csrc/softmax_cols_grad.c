@@ -41,7 +41,7 @@ int tsgu_softmax_cols_grad(const tsgu_csr *A, int64_t heads, const void *y, cons
     if (C > ((int64_t)(SIZE_MAX / sizeof(double)) - blocks) / heads) return TSGU_ENOMEM;
     x.state = malloc((size_t)(C * heads + blocks) * sizeof(double));
     if (!x.state) return TSGU_ENOMEM;
-    tsgu_advise_output(x.state, C * heads * (int64_t)sizeof(double));  /* randomly accessed: few TLB misses */
+    tsgu_advise_output(x.state, C * heads * (int64_t)sizeof(double));  /* huge pages: read at random */
     x.block = x.state + C * heads;
     int status = tsgu_parallel_tasks(T, TSGU_PICK_HALF(softmax_cols_grad_task, A->rtype, A->itype), &x);
     free(x.state);
