@@ -52,6 +52,7 @@ int tsgu_softmax_cols_grad(const tsgu_csr *A, int64_t heads, const void *y, cons
 
 #include "tsgu_rows.h"
 #include "tsgu_cols.h"
+#include "tsgu_softmax_grad.h"
 
 /* one thread's part: the context and its block */
 typedef struct {
@@ -69,10 +70,7 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_cols_grad_sum)(void *vjob, const int64
     for (int64_t q = 0; q < w; q++) {
         double *s = x->state + cs[q] * H;
         const real_t *ye = y + es[q] * H, *ge = g + es[q] * H;
-        if (x->is_log)
-            for (int64_t h = 0; h < H; h++) s[h] += TSGU_LOAD(ge[h]);
-        else
-            for (int64_t h = 0; h < H; h++) s[h] += (double)(TSGU_LOAD(ge[h]) * TSGU_LOAD(ye[h]));
+        for (int64_t h = 0; h < H; h++) s[h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(ye[h]), TSGU_LOAD(ge[h]), x->is_log);
     }
 }
 
@@ -90,7 +88,8 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_cols_grad_out)(void *vjob, const int64
             const double *s = x->state + cs[q] * H;
             const int64_t at = es[q] * H;
             for (int64_t h = 0; h < H; h++)
-                out[at + h] = TSGU_STORE(TSGU_LOAD(y[at + h]) * (TSGU_LOAD(g[at + h]) - (acc_t)s[h]));
+                out[at + h] = TSGU_STORE(TSGU_FN(softmax_grad_of)(TSGU_LOAD(y[at + h]), 0, TSGU_LOAD(g[at + h]),
+                                                                  (acc_t)s[h], 0));
         }
         return;
     }
@@ -102,7 +101,8 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_cols_grad_out)(void *vjob, const int64
     for (int64_t q = 0; q < w; q++) {
         const double *s = x->state + cs[q] * H;
         const int64_t at = es[q] * H;
-        for (int64_t h = 0; h < H; h++) out[at + h] = TSGU_STORE(TSGU_LOAD(g[at + h]) - d[q * H + h] * (acc_t)s[h]);
+        for (int64_t h = 0; h < H; h++)
+            out[at + h] = TSGU_STORE(TSGU_FN(softmax_grad_of)(0, d[q * H + h], TSGU_LOAD(g[at + h]), (acc_t)s[h], 1));
     }
 }
 

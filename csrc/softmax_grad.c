@@ -38,6 +38,7 @@ int tsgu_softmax_grad(const tsgu_csr *A, int64_t heads, const void *y, const voi
 #else /* template body: real_t, acc_t, idx_t, TSGU_LOAD, TSGU_STORE, TSGU_FN */
 
 #include "tsgu_rows.h"
+#include "tsgu_softmax_grad.h"
 
 /* hb <= TSGU_HEADS heads of H of one row of len entries, starting at y, g and out */
 TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_heads)(const real_t *y, const real_t *g, real_t *out,
@@ -45,21 +46,21 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_heads)(const real_t *
 {
     double s[4][TSGU_HEADS] = {{0}};
     acc_t sum[TSGU_HEADS];
-    if (is_log)
-        for (int64_t e = 0; e < len; e++)
-            for (int64_t h = 0; h < hb; h++) s[e & 3][h] += TSGU_LOAD(g[e * H + h]);
-    else
-        for (int64_t e = 0; e < len; e++)
-            for (int64_t h = 0; h < hb; h++) s[e & 3][h] += TSGU_LOAD(g[e * H + h]) * TSGU_LOAD(y[e * H + h]);
+    for (int64_t e = 0; e < len; e++)
+        for (int64_t h = 0; h < hb; h++)
+            s[e & 3][h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(y[e * H + h]), TSGU_LOAD(g[e * H + h]), is_log);
     for (int64_t h = 0; h < hb; h++) sum[h] = (acc_t)((s[0][h] + s[1][h]) + (s[2][h] + s[3][h]));
     if (is_log)
         for (int64_t e = 0; e < len; e++)
-            for (int64_t h = 0; h < hb; h++)
-                out[e * H + h] = TSGU_STORE(TSGU_LOAD(g[e * H + h]) - TSGU_EXP(TSGU_LOAD(y[e * H + h])) * sum[h]);
+            for (int64_t h = 0; h < hb; h++) {
+                const acc_t ye = TSGU_LOAD(y[e * H + h]);
+                out[e * H + h] = TSGU_STORE(TSGU_FN(softmax_grad_of)(ye, TSGU_EXP(ye), TSGU_LOAD(g[e * H + h]), sum[h], 1));
+            }
     else
         for (int64_t e = 0; e < len; e++)
             for (int64_t h = 0; h < hb; h++)
-                out[e * H + h] = TSGU_STORE(TSGU_LOAD(y[e * H + h]) * (TSGU_LOAD(g[e * H + h]) - sum[h]));
+                out[e * H + h] = TSGU_STORE(TSGU_FN(softmax_grad_of)(TSGU_LOAD(y[e * H + h]), 0, TSGU_LOAD(g[e * H + h]),
+                                                                    sum[h], 0));
 }
 
 /* one head: the same lanes, kept in registers, the output vectorized along the row */
@@ -69,16 +70,17 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_row)(const real_t *y,
     double s[4] = {0, 0, 0, 0};
     int64_t e = 0;
     for (; e + 4 <= len; e += 4)
-        for (int l = 0; l < 4; l++)
-            s[l] += is_log ? TSGU_LOAD(g[e + l]) : (double)(TSGU_LOAD(g[e + l]) * TSGU_LOAD(y[e + l]));
+        for (int l = 0; l < 4; l++) s[l] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(y[e + l]), TSGU_LOAD(g[e + l]), is_log);
     for (int l = 0; l < 3; l++)
-        if (e + l < len) s[l] += is_log ? TSGU_LOAD(g[e + l]) : (double)(TSGU_LOAD(g[e + l]) * TSGU_LOAD(y[e + l]));
+        if (e + l < len) s[l] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(y[e + l]), TSGU_LOAD(g[e + l]), is_log);
     const acc_t sum = (acc_t)((s[0] + s[1]) + (s[2] + s[3]));
     if (is_log)
-        for (e = 0; e < len; e++)                                                 /* vectorized */
-            out[e] = TSGU_STORE(TSGU_LOAD(g[e]) - TSGU_EXP(TSGU_LOAD(y[e])) * sum);
+        for (e = 0; e < len; e++) {                                                 /* vectorized */
+            const acc_t ye = TSGU_LOAD(y[e]);
+            out[e] = TSGU_STORE(TSGU_FN(softmax_grad_of)(ye, TSGU_EXP(ye), TSGU_LOAD(g[e]), sum, 1));
+        }
     else
-        for (e = 0; e < len; e++) out[e] = TSGU_STORE(TSGU_LOAD(y[e]) * (TSGU_LOAD(g[e]) - sum));
+        for (e = 0; e < len; e++) out[e] = TSGU_STORE(TSGU_FN(softmax_grad_of)(TSGU_LOAD(y[e]), 0, TSGU_LOAD(g[e]), sum, 0));
 }
 
 TSGU_ISA_ATTR static int TSGU_FN(softmax_grad_range)(void *vctx, int64_t r0, int64_t r1)
