@@ -26,7 +26,7 @@ from setuptools.command.build_ext import build_ext
 
 # -fvisibility=hidden: the module exports PyInit__C alone (PyMODINIT_FUNC marks it), so the
 # glue's and kernels' functions shared between files bind within the module, never elsewhere
-# TSGU_OPT: the optimisation level (the sanitizer build takes -O1, ASan's advice)
+# TSGU_OPT: the optimisation level (the sanitizer build, .ci/sanitize, takes -O0)
 extra = ["-std=c11", os.environ.get("TSGU_OPT", "-O3"), "-Wall", "-Wextra", "-pthread", "-fvisibility=hidden"]
 if os.environ.get("TSGU_WERROR"):
     extra.append("-Werror")
