@@ -242,6 +242,41 @@ def test_error_contract():
             sparse_mm(*args)
 
 
+@pytest.mark.parametrize("form", ["coo", "csr", "SparseCSR"])
+@pytest.mark.parametrize("grad", [False, True])
+def test_contract_checked_in_c_raises_the_published_error(form, grad):
+    """Without a graph, the CPU route leaves the sizes, dtypes and dense dimensions to the C
+    glue and checks the published contract only after a failure there: the same errors
+    as with a graph (checked first), each raised on its own (not chained to the glue's
+    failure), and a failure the contract does not cover (an index out of range) raised
+    as it is."""
+    def operand(D):
+        if form == "coo":
+            return D.to_sparse()
+        C = D.to_sparse_csr()
+        return C if form == "csr" else tsgu.SparseCSR(C.crow_indices(), C.col_indices(), C.values(), tuple(C.shape))
+
+    A = operand(torch.eye(3, dtype=torch.float64))
+    A3 = operand(torch.eye(3, dtype=torch.float64).expand(2, 3, 3).contiguous())
+    cases = [
+        ((A, torch.randn(4, 2, dtype=torch.float64)), ValueError, r"^Incompatible inner dimensions: A\[..., 3\]"),
+        ((A3, torch.randn(3, 3, 2, dtype=torch.float64)), ValueError, "^If batched, A and B must have the same batch"),
+        ((A, torch.randn(3, 2)), TypeError, "^A and B must have the same dtype"),
+        ((operand(torch.eye(3, dtype=torch.int64)), torch.ones(3, 2, dtype=torch.int64)), TypeError,
+         "supports float16, bfloat16, float32 and float64 values"),
+    ]
+    for args, exc, match in cases:
+        B = args[1].requires_grad_(grad) if args[1].is_floating_point() else args[1]
+        with pytest.raises(exc, match=match) as e:
+            sparse_mm(args[0], B)
+        assert e.value.__suppress_context__ or e.value.__context__ is None
+    if form == "coo":   # an index beyond the size, flagged coalesced: the glue's own error
+        bad = torch.sparse_coo_tensor(torch.tensor([[0, 5], [0, 1]]), torch.ones(2, dtype=torch.float64), (3, 3),
+                                      is_coalesced=True, check_invariants=False)
+        with pytest.raises(ValueError, match="out of range|outside"):
+            sparse_mm(bad, torch.randn(3, 2, dtype=torch.float64))
+
+
 @pytest.mark.parametrize("which,layout", [("A", "csc"), ("A", "bsr"), ("B", "csc")])
 def test_unsupported_layout_error_names_the_conversions(which, layout):
     """A CSC or BSR A (or a CSC B beside a sparse A): the published message, and a note

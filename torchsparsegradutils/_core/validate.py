@@ -216,11 +216,14 @@ class ProductSpec(NamedTuple):
     square: bool = False
 
 
-def check_product(spec: ProductSpec, A, B):
-    """A and B against spec (see ProductSpec), with the published messages; returns A's
-    shape.  A SparseCSR's arrays are checked against its size where they are taken in
-    (view.view_of, or the C glue on the no-graph CPU path, at no cost).  Every property
-    is read once (each read costs about 0.1 us: this runs on every call)."""
+def check_operands(spec: ProductSpec, A, B):
+    """The first of check_product's checks: what the operands are (A a SparseCSR, or a
+    torch COO or CSR tensor outside torch.func; B a tensor) and their ranks (2 or 3,
+    alike), which choosing a route and shaping the output need.  The rest (dense dimensions, sizes, device, dtypes) the C glue checks in the arrays it
+    is given, so the no-graph CPU route runs check_product only after a failure, for the
+    published message (the contract argument of _backends.spmm_tensor and spmm_arrays).
+    Every property is read once (each read costs 0.2 to 0.5 us: this runs on every call).
+    Returns (A's shape, A's layout, the tensor holding A's values)."""
     if isinstance(A, SparseCSR):
         a_shape, layout, values = A.size, torch.sparse_csr, A.values
     else:
@@ -230,20 +233,28 @@ def check_product(spec: ProductSpec, A, B):
         a_shape, layout, values = A.shape, A.layout, A
     if not isinstance(B, torch.Tensor):
         raise ValueError("Both A and B should be instances of torch.Tensor")
-    b_shape = B.shape
-    a_dim, b_dim = len(a_shape), len(b_shape)
+    a_dim, b_dim = len(a_shape), B.dim()
     if a_dim < 2 or b_dim < 2:
         raise ValueError("Both A and B should be at least 2-dimensional tensors")
     if a_dim != b_dim or a_dim > 3:
         raise error(ValueError, "A and B must both be 2D or both be 3D tensors", f"got {a_dim}D and {b_dim}D")
     if layout is not torch.sparse_coo and layout is not torch.sparse_csr:
         raise error(ValueError, "A should be in either COO or CSR sparse format", layout_hint("A", layout))
+    return a_shape, layout, values
+
+
+def check_product(spec: ProductSpec, A, B):
+    """A and B against spec (see ProductSpec), with the published messages; returns A's
+    shape.  A SparseCSR's arrays are checked against its size where they are taken in
+    (view.view_of, or the C glue on the no-graph CPU path, at no cost)."""
+    a_shape, layout, values = check_operands(spec, A, B)
+    b_shape = B.shape
     if values is A and A.dense_dim() != 0:
         raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "
                          f"got {A.dense_dim()}")
     if B.layout is not torch.strided:
         raise error(ValueError, "B must be a dense (strided) tensor", f"got {B.layout}")
-    if a_dim == 3 and a_shape[0] != b_shape[0]:
+    if len(a_shape) == 3 and a_shape[0] != b_shape[0]:
         raise error(ValueError, "If batched, A and B must have the same batch size",
                     f"got {a_shape[0]} and {b_shape[0]}")
     if not (values.is_cpu and B.is_cpu) and values.device != B.device:

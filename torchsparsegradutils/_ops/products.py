@@ -23,7 +23,8 @@ from .._core.intake import as_csr, values_of
 from .._core.sparse_csr import SparseCSR
 from .._core.saved import load_operand, save_operand
 from .._core.undefined_grad import none_for_undefined
-from .._core.validate import ProductSpec, check_dense_a, check_product, check_reduce, eager_only, records_graph
+from .._core.validate import (ProductSpec, check_dense_a, check_operands, check_product, check_reduce, eager_only,
+                              records_graph)
 from .._core.view import CSRView, check_arrays, head_copies, op_args, view_of
 from .arg import sddmm_arg, spmm_arg, spmm_t_arg
 from .spgemm import sparse_sparse_mm
@@ -171,12 +172,14 @@ def run_mm(spec: ProductSpec, A, B, reduce: str):
         reduce = check_reduce(reduce, B)
     sparse_b = isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided)
     if isinstance(A, SparseCSR) and not sparse_b:
-        shape = check_product(spec, A, B)
+        shape = check_operands(spec, A, B)[0]
         values = A.values
         if _is_compiling() or records_graph(values, B):
+            check_product(spec, A, B)
             return spmm_reduce(A.view(), values, B, reduce)
         # what the custom operator runs, without its dispatch (nothing to trace or record)
-        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce)
+        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce,
+                                     lambda: check_product(spec, A, B))
     if sparse_b and not (isinstance(A, torch.Tensor) and A.layout is torch.strided):   # dense @ sparse: tensor_mm
         return sparse_sparse_mm(spec, A, B)
     return tensor_mm(spec, A, B, reduce)
@@ -189,10 +192,12 @@ def tensor_mm(spec: ProductSpec, A: torch.Tensor, B, reduce: str) -> torch.Tenso
     torch.sparse.mm takes it (_dense_a_mm)."""
     if isinstance(A, torch.Tensor) and A.layout is torch.strided:
         return _dense_a_mm(spec, A, B, reduce)
-    shape = check_product(spec, A, B)
+    shape = check_operands(spec, A, B)[0]
     if records_graph(A, B):
+        check_product(spec, A, B)
         return SparseMatMul.apply(A, B, reduce)
-    return _backends.spmm_tensor(A, B, shape, reduce)    # what the Function's forward does, without a graph
+    # what the Function's forward does, without a graph
+    return _backends.spmm_tensor(A, B, shape, reduce, lambda: check_product(spec, A, B))
 
 
 def _dense_a_mm(spec: ProductSpec, X: torch.Tensor, B, reduce: str) -> torch.Tensor:
