@@ -13,7 +13,7 @@ it does what is the same on every route (a hypersparse view's kept rows: on_kept
 and kept_rows.py for sparse @ sparse; the output layout of the log-sum-exp), picks the
 backend, and calls it.
 """
-from typing import Callable
+from typing import Callable, NoReturn
 
 import torch
 
@@ -222,14 +222,12 @@ def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shap
     the kernels check their structure), where no graph is recorded: a sum on the cpu
     route straight to the kernel, without building a view.  contract: see
     spmm_tensor."""
-    if _backend(True, values, B) is not cpu:
+    if reduce != "sum" or _backend(True, values, B) is not cpu:
         contract()
         return spmm_reduce(view_of(ptr, col, values, None, shape), B, reduce)
     try:
-        if reduce == "sum":
-            return cpu.spmm_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
-                                   shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
-        return spmm_reduce(view_of(ptr, col, values, None, shape), B, reduce)
+        return cpu.spmm_arrays(kernel_array(ptr), kernel_array(col), kernel_array(values),
+                               shape[0] if len(shape) == 3 else 1, shape[-2], shape[-1], B)
     except Exception as failure:
         _failed(contract, failure)
 
@@ -237,29 +235,28 @@ def spmm_arrays(ptr: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shap
 def spmm_tensor(A: torch.Tensor, B: torch.Tensor, shape, reduce: str, contract: Callable[[], object]) -> torch.Tensor:
     """spmm_reduce of a torch sparse A of shape `shape` where no graph is recorded: a sum
     on the cpu route on A's own arrays (a COO one's row pointers built in the kernel's
-    call).  contract: the op's check of A and B, raising its published errors (the
-    caller has checked what they are and their ranks: validate.check_operands).  It
-    runs first on a route of PyTorch's ops; on the cpu route, whose C glue checks every
-    array it is given (dtypes, sizes, devices), only after a failure (_failed), so that
-    a call that succeeds pays for none of its property reads (0.2 to 0.5 us each)."""
-    if _backend(True, A, B) is not cpu:      # the route, chosen once for the call
+    call).  contract: the op's check of A and B (a function of _core.validate, its
+    arguments bound), raising its published errors; the caller has checked what they
+    are and their ranks (validate.check_operands).  It runs first on a route of
+    PyTorch's ops; on the cpu route, whose C glue checks every array it is given
+    (dtypes, sizes, devices), only after a failure (_failed), so that a call that
+    succeeds pays for none of its property reads (0.2 to 0.5 us each).  The other
+    reductions check it first, and their op chooses the route."""
+    if reduce != "sum" or _backend(True, A, B) is not cpu:      # the route, chosen once for the call
         contract()
         return spmm_reduce(as_csr(A, compress_rows=True), B, reduce)
     try:
-        if reduce == "sum":
-            if A.layout is torch.sparse_csr:    # index arrays: never requiring grad nor lazily negated
-                return cpu.spmm_arrays(A.crow_indices().contiguous(), A.col_indices().contiguous(),
-                                       kernel_array(A.values()), shape[0] if len(shape) == 3 else 1, shape[-2],
-                                       shape[-1], B)
-            C = cpu.spmm_coo(A._indices(), A._values(), shape, B)
-            if C is not None:
-                return C
-        return spmm_reduce(as_csr(A, compress_rows=True), B, reduce)
+        if A.layout is torch.sparse_csr:    # index arrays: never requiring grad nor lazily negated
+            return cpu.spmm_arrays(A.crow_indices().contiguous(), A.col_indices().contiguous(),
+                                   kernel_array(A.values()), shape[0] if len(shape) == 3 else 1, shape[-2],
+                                   shape[-1], B)
+        C = cpu.spmm_coo(A._indices(), A._values(), shape, B)
+        return spmm(as_csr(A, compress_rows=True), B) if C is None else C
     except Exception as failure:
         _failed(contract, failure)
 
 
-def _failed(contract: Callable[[], object], failure: Exception):
+def _failed(contract: Callable[[], object], failure: Exception) -> NoReturn:
     """After a failure on the cpu route: the contract's error where the operands break
     it (raised on its own, not as a consequence of the failure), else the failure."""
     try:

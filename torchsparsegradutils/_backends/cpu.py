@@ -39,8 +39,7 @@ def spmm_coo(indices: torch.Tensor, values: torch.Tensor, shape, B: torch.Tensor
     arrays never require grad nor carry a lazy negation (its constructor resolves one),
     so they need no `plain`: only contiguous values (it runs on every call)."""
     B = dense_operand(B)
-    # the output as _spmm_out makes it, of A's rank, which B has (validate.check_operands)
-    C = B.new_empty(shape[0], shape[1], B.size(-1)) if len(shape) == 3 else B.new_empty(shape[0], B.size(-1))
+    C = _spmm_out(shape[0] if len(shape) == 3 else 1, shape[-2], B)
     if _C.spmm_coo(indices, values.contiguous(), shape, B, C, HYPERSPARSE_ROWS_PER_ENTRY,
                    torch.get_num_threads()):
         return C

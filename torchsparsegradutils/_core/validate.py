@@ -219,10 +219,11 @@ class ProductSpec(NamedTuple):
 def check_operands(spec: ProductSpec, A, B):
     """The first of check_product's checks: what the operands are (A a SparseCSR, or a
     torch COO or CSR tensor outside torch.func; B a tensor) and their ranks (2 or 3,
-    alike), which choosing a route and shaping the output need.  The rest (dense dimensions, sizes, device, dtypes) the C glue checks in the arrays it
-    is given, so the no-graph CPU route runs check_product only after a failure, for the
-    published message (the contract argument of _backends.spmm_tensor and spmm_arrays).
-    Every property is read once (each read costs 0.2 to 0.5 us: this runs on every call).
+    alike), which choosing a route and shaping the output need.  The rest (dense
+    dimensions, sizes, device, dtypes) the C glue checks in the arrays it is given, so
+    the no-graph CPU route runs check_product only after a failure, for the published
+    message (the contract argument of _backends.spmm_tensor and spmm_arrays).  Every
+    property is read once (each read costs 0.2 to 0.5 us: this runs on every call).
     Returns (A's shape, A's layout, the tensor holding A's values)."""
     if isinstance(A, SparseCSR):
         a_shape, layout, values = A.size, torch.sparse_csr, A.values

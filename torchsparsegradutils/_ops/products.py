@@ -13,6 +13,7 @@ Each one's backward is made of the others:
     sddmm:    dU = spmm(g, V),    dV = spmm_t(g, U)
     sddmm_heads: the same, on H copies of the pattern as a batch
 """
+from functools import partial
 from typing import List, Optional
 
 import torch
@@ -179,7 +180,7 @@ def run_mm(spec: ProductSpec, A, B, reduce: str):
             return spmm_reduce(A.view(), values, B, reduce)
         # what the custom operator runs, without its dispatch (nothing to trace or record)
         return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce,
-                                     lambda: check_product(spec, A, B))
+                                     partial(check_product, spec, A, B))
     if sparse_b and not (isinstance(A, torch.Tensor) and A.layout is torch.strided):   # dense @ sparse: tensor_mm
         return sparse_sparse_mm(spec, A, B)
     return tensor_mm(spec, A, B, reduce)
@@ -197,7 +198,7 @@ def tensor_mm(spec: ProductSpec, A: torch.Tensor, B, reduce: str) -> torch.Tenso
         check_product(spec, A, B)
         return SparseMatMul.apply(A, B, reduce)
     # what the Function's forward does, without a graph
-    return _backends.spmm_tensor(A, B, shape, reduce, lambda: check_product(spec, A, B))
+    return _backends.spmm_tensor(A, B, shape, reduce, partial(check_product, spec, A, B))
 
 
 def _dense_a_mm(spec: ProductSpec, X: torch.Tensor, B, reduce: str) -> torch.Tensor:
