@@ -70,7 +70,10 @@ TSGU_ISA_ATTR static void TSGU_FN(softmax_cols_grad_sum)(void *vjob, const int64
     for (int64_t q = 0; q < w; q++) {
         double *s = x->state + cs[q] * H;
         const real_t *ye = y + es[q] * H, *ge = g + es[q] * H;
-        for (int64_t h = 0; h < H; h++) s[h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(ye[h]), TSGU_LOAD(ge[h]), x->is_log);
+        if (x->is_log)   /* a constant in each loop */
+            for (int64_t h = 0; h < H; h++) s[h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(ye[h]), TSGU_LOAD(ge[h]), 1);
+        else
+            for (int64_t h = 0; h < H; h++) s[h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(ye[h]), TSGU_LOAD(ge[h]), 0);
     }
 }
 

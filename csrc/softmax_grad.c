@@ -46,9 +46,14 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE void TSGU_FN(softmax_grad_heads)(const real_t *
 {
     double s[4][TSGU_HEADS] = {{0}};
     acc_t sum[TSGU_HEADS];
-    for (int64_t e = 0; e < len; e++)
-        for (int64_t h = 0; h < hb; h++)
-            s[e & 3][h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(y[e * H + h]), TSGU_LOAD(g[e * H + h]), is_log);
+    if (is_log)   /* is_log a constant in each loop: taken out of them */
+        for (int64_t e = 0; e < len; e++)
+            for (int64_t h = 0; h < hb; h++)
+                s[e & 3][h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(y[e * H + h]), TSGU_LOAD(g[e * H + h]), 1);
+    else
+        for (int64_t e = 0; e < len; e++)
+            for (int64_t h = 0; h < hb; h++)
+                s[e & 3][h] += TSGU_FN(softmax_grad_term)(TSGU_LOAD(y[e * H + h]), TSGU_LOAD(g[e * H + h]), 0);
     for (int64_t h = 0; h < hb; h++) sum[h] = (acc_t)((s[0][h] + s[1][h]) + (s[2][h] + s[3][h]));
     if (is_log)
         for (int64_t e = 0; e < len; e++)
