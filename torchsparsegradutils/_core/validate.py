@@ -245,11 +245,12 @@ def check_operands(spec: ProductSpec, A, B):
     return a_shape, layout, values
 
 
-def check_product(spec: ProductSpec, A, B):
+def check_product(spec: ProductSpec, A, B, operands=None):
     """A and B against spec (see ProductSpec), with the published messages; returns A's
     shape.  A SparseCSR's arrays are checked against its size where they are taken in
-    (view.view_of, or the C glue on the no-graph CPU path, at no cost)."""
-    a_shape, layout, values = check_operands(spec, A, B)
+    (view.view_of, or the C glue on the no-graph CPU path, at no cost).  operands:
+    check_operands(spec, A, B), where the caller has it already."""
+    a_shape, layout, values = operands or check_operands(spec, A, B)
     b_shape = B.shape
     if values is A and A.dense_dim() != 0:
         raise ValueError(f"A must not have dense dimensions (hybrid sparse tensors are not supported), "

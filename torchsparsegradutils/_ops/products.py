@@ -173,14 +173,14 @@ def run_mm(spec: ProductSpec, A, B, reduce: str):
         reduce = check_reduce(reduce, B)
     sparse_b = isinstance(B, SparseCSR) or (isinstance(B, torch.Tensor) and B.layout is not torch.strided)
     if isinstance(A, SparseCSR) and not sparse_b:
-        shape = check_operands(spec, A, B)[0]
+        operands = check_operands(spec, A, B)
         values = A.values
         if _is_compiling() or records_graph(values, B):
-            check_product(spec, A, B)
+            check_product(spec, A, B, operands)
             return spmm_reduce(A.view(), values, B, reduce)
         # what the custom operator runs, without its dispatch (nothing to trace or record)
-        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, shape, B, reduce,
-                                     partial(check_product, spec, A, B))
+        return _backends.spmm_arrays(A.crow_indices, A.col_indices, values, operands[0], B, reduce,
+                                     partial(check_product, spec, A, B, operands))
     if sparse_b and not (isinstance(A, torch.Tensor) and A.layout is torch.strided):   # dense @ sparse: tensor_mm
         return sparse_sparse_mm(spec, A, B)
     return tensor_mm(spec, A, B, reduce)
@@ -193,12 +193,12 @@ def tensor_mm(spec: ProductSpec, A: torch.Tensor, B, reduce: str) -> torch.Tenso
     torch.sparse.mm takes it (_dense_a_mm)."""
     if isinstance(A, torch.Tensor) and A.layout is torch.strided:
         return _dense_a_mm(spec, A, B, reduce)
-    shape = check_operands(spec, A, B)[0]
+    operands = check_operands(spec, A, B)
     if records_graph(A, B):
-        check_product(spec, A, B)
+        check_product(spec, A, B, operands)
         return SparseMatMul.apply(A, B, reduce)
     # what the Function's forward does, without a graph
-    return _backends.spmm_tensor(A, B, shape, reduce, partial(check_product, spec, A, B))
+    return _backends.spmm_tensor(A, B, operands[0], reduce, partial(check_product, spec, A, B, operands))
 
 
 def _dense_a_mm(spec: ProductSpec, X: torch.Tensor, B, reduce: str) -> torch.Tensor:
