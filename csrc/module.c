@@ -367,7 +367,7 @@ PyMODINIT_FUNC PyInit__C(void)
 #endif
     if (m && PyModule_AddIntConstant(m, "cuda", cuda)) Py_CLEAR(m); /* built with the CUDA kernels? */
     PyMethodDef *const families[] = {glue_mm, glue_reduce, glue_spgemm, glue_solve, glue_grouped, glue_lse,
-                                     glue_softmax, glue_gat};
+                                     glue_softmax, glue_gat, glue_blocks};
     for (size_t i = 0; m && i < sizeof families / sizeof families[0]; i++)
         if (PyModule_AddFunctions(m, families[i])) Py_CLEAR(m);
     return m;

@@ -23,7 +23,8 @@
  * The workspace (its buffers and pointers) is kept for the next call, so that a
  * training step's product lands in memory already paged in: one workspace, taken
  * and given back atomically (a call that finds it taken allocates its own, freed
- * after), and freed rather than kept past TSGU_SPGEMM_KEEP_BYTES.
+ * after), and freed rather than kept past TSGU_SPGEMM_KEEP_BYTES (or on request:
+ * tsgu_spgemm_release).
  * Both structures are checked first (csr_check.c). */
 #include <stdatomic.h>
 #include <string.h>
@@ -96,13 +97,27 @@ static void free_work(tsgu_spgemm_work *w)
     free(w);
 }
 
+static size_t work_bytes(const tsgu_spgemm_work *w)
+{
+    size_t bytes = w->ptr_bytes;
+    for (int t = 0; t < TSGU_MAX_THREADS; t++) bytes += w->buf[t].col_bytes + w->buf[t].val_bytes;
+    return bytes;
+}
+
 void tsgu_spgemm_done(tsgu_spgemm_work *w)
 {
     if (!w) return;
-    size_t bytes = w->ptr_bytes;
-    for (int t = 0; t < TSGU_MAX_THREADS; t++) bytes += w->buf[t].col_bytes + w->buf[t].val_bytes;
     tsgu_spgemm_work *none = NULL;
-    if (bytes > TSGU_SPGEMM_KEEP_BYTES || !atomic_compare_exchange_strong(&kept_work, &none, w)) free_work(w);
+    if (work_bytes(w) > TSGU_SPGEMM_KEEP_BYTES || !atomic_compare_exchange_strong(&kept_work, &none, w))
+        free_work(w);
+}
+
+size_t tsgu_spgemm_release(void)
+{
+    tsgu_spgemm_work *w = atomic_exchange(&kept_work, NULL);
+    size_t bytes = w ? work_bytes(w) : 0;
+    free_work(w);
+    return bytes;
 }
 
 #define TSGU_HALF_TOO 1

@@ -103,7 +103,8 @@ int tsgu_sddmm_arg(const tsgu_csr *A, const int32_t *arg, const tsgu_dense *G, c
  * C into a workspace (*work, to be given back with tsgu_spgemm_done whatever the status)
  * and gives its size nnzC; tsgu_spgemm_write copies it into the caller's arrays of that
  * size: row pointers Cptr (batch*n+1, int64, global rows), columns int64 (Ccol) or int32
- * (Ccol32, the other NULL), values, and where not NULL each entry's row and item.
+ * (Ccol32, the other NULL), values, and where not NULL each entry's row and item;
+ * tsgu_spgemm_release frees the workspace kept for the next call, giving its bytes.
  * G, the upstream gradient of C, is a CSR view or (G NULL) dense Gd; gA / gB NULL when
  * not wanted */
 typedef struct tsgu_spgemm_work tsgu_spgemm_work;
@@ -111,6 +112,7 @@ int tsgu_spgemm(const tsgu_csr *A, const tsgu_csr *B, tsgu_spgemm_work **work, i
 int tsgu_spgemm_write(const tsgu_spgemm_work *work, int64_t *Cptr, int64_t *Ccol, int32_t *Ccol32, int64_t *Crow,
                       int64_t *Citem, void *Cval);
 void tsgu_spgemm_done(tsgu_spgemm_work *work);
+size_t tsgu_spgemm_release(void);
 int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, const tsgu_dense *Gd, void *gA,
                      void *gB, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);

@@ -16,8 +16,9 @@ from .sparse_softmax import sparse_softmax, sparse_log_softmax
 from .sampled_addmm import sampled_addmm
 from .graph_attention import graph_attention
 from .graph_attention_v2 import graph_attention_v2
+from .memory import release_memory
 
 __all__ = ["SparseCSR", "sparse_mm", "sparse_csr_tensor", "sparse_coo_tensor", "sparse_triangular_solve", "sparse_generic_solve",
            "sparse_generic_lstsq", "gather_mm", "segment_mm", "sparse_logsumexp", "sparse_bidir_logsumexp", "sparse_softmax", "sparse_log_softmax",
-           "sampled_addmm", "graph_attention", "graph_attention_v2"]
+           "sampled_addmm", "graph_attention", "graph_attention_v2", "release_memory"]
 __version__ = "0.3.0"  # the one source (pyproject.toml reads it); above the published 0.2.7

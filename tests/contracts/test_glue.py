@@ -146,6 +146,35 @@ def test_tensor_intake_through_the_exchange_table_or_capsules():
         _C.use_exchange_api(torch.Tensor)
 
 
+def test_kept_empty_entry_point():
+    """_C.kept_empty hands out an uninitialised tensor of the shape and DLPack type asked
+    for, on a block kept for reuse: bad shapes and types are refused with a ValueError; a
+    capsule dropped before a consumer takes it gives its block back (release_kept then
+    frees it), as the tensor's deleter does; a block too large to keep is freed at once."""
+    from torchsparsegradutils import _C
+    for shape, code, bits in [((), 2, 32), ((1, 2, 3), 2, 32), ((-1,), 2, 32), ((2**62,), 2, 64), ((4,), 1, 32),
+                              ((4,), 2, 8), ((4,), 3, 32)]:
+        with pytest.raises(ValueError):
+            _C.kept_empty(shape, code, bits)
+    with pytest.raises(TypeError):
+        _C.kept_empty((2.5,), 2, 32)
+    _C.release_kept()
+    for shape, code, bits, dtype in [((3, 5), 0, 64, torch.int64), ((7,), 0, 32, torch.int32),
+                                     ((0,), 2, 16, torch.float16), ((4, 2), 4, 16, torch.bfloat16)]:
+        t = torch.utils.dlpack.from_dlpack(_C.kept_empty(shape, code, bits))
+        assert t.shape == shape and t.dtype == dtype and t.is_contiguous()
+        t.fill_(1)
+        del t
+    assert _C.release_kept() == 4 * (2 << 20)                  # each block 2 MiB, kept once freed
+    capsule = _C.kept_empty((1 << 20,), 2, 64)                 # 8 MiB, never consumed
+    del capsule
+    assert _C.release_kept() == 8 << 20 and _C.release_kept() == 0
+    t = torch.utils.dlpack.from_dlpack(_C.kept_empty((40 << 20,), 2, 64))   # 320 MiB: past what is kept
+    t[-1] = 1.0
+    del t
+    assert _C.release_kept() == 0
+
+
 def test_version_and_exports():
     assert tsgu.__version__
     assert set(tsgu.__all__) >= {"sparse_mm", "sparse_csr_tensor"}

@@ -522,6 +522,56 @@ def test_concurrent_and_repeated_products():
             assert all(torch.equal(x, y) for x, y in zip(result, want[q % 4]))
 
 
+def _large_operand(n=30_000, per_row=4, key=0):
+    """An n x n COO matrix of about per_row float64 entries a row: A @ A has about
+    per_row**2 a row, 480k entries at the defaults (3.7 MiB of values, as of columns)."""
+    gen = seeded("large", n, per_row, key)
+    idx = torch.stack([torch.arange(n).repeat_interleave(per_row), torch.randint(0, n, (n * per_row,), generator=gen)])
+    return torch.sparse_coo_tensor(idx, torch.randn(n * per_row, generator=gen, dtype=torch.float64),
+                                   (n, n)).coalesce()
+
+
+def test_large_products_on_kept_blocks():
+    """Columns and values of 2 MiB or more are written into blocks kept between calls
+    (_backends.cpu.kept_empty): the COO and CSR products equal torch.sparse.mm's; a freed
+    product's blocks carry the next product (the same addresses), also when freed on
+    another thread; a live product keeps its entries through release_memory (which frees
+    what is kept, then has nothing left to free) and through later products; its
+    arrays' storage refuses resize_ with PyTorch's error."""
+    import threading
+    from torchsparsegradutils import release_memory
+    A = _large_operand()
+    want = torch.sparse.mm(A, A).coalesce()
+    assert want._nnz() * 8 >= _backends.cpu.KEPT_MIN_BYTES
+    release_memory()
+    C = sparse_mm(A, A)
+    assert torch.equal(C.indices(), want.indices())
+    torch.testing.assert_close(C.values(), want.values(), **TOL[torch.float64])
+    Acsr = A.to_sparse_csr()
+    D = sparse_mm(Acsr, Acsr)
+    assert torch.equal(D.crow_indices(), want.to_sparse_csr().crow_indices())
+    assert torch.equal(D.col_indices(), want.indices()[1]) and torch.equal(D.values(), C.values())
+    blocks = {D.col_indices().data_ptr(), D.values().data_ptr()}
+    del D
+    E = sparse_mm(Acsr, Acsr)                                   # on D's blocks
+    assert {E.col_indices().data_ptr(), E.values().data_ptr()} == blocks
+    held = [E]
+    del E
+    freer = threading.Thread(target=held.clear)
+    freer.start()
+    freer.join()
+    F = sparse_mm(Acsr, Acsr)                                   # on E's, freed on another thread
+    assert {F.col_indices().data_ptr(), F.values().data_ptr()} == blocks
+    with pytest.raises(RuntimeError, match="not resizable"):
+        F.values().resize_(2 * F.values().numel())
+    del F
+    assert release_memory() > 2 * want._nnz() * 8 and release_memory() == 0
+    G = sparse_mm(_large_operand(key=1), _large_operand(key=1))  # other blocks, other values
+    assert torch.equal(C.indices(), want.indices()) and torch.equal(C.values(), sparse_mm(A, A).values())
+    torch.testing.assert_close(C.values(), want.values(), **TOL[torch.float64])
+    assert G._nnz() > 0
+
+
 @pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
 def test_spgemm_hypersparse_coo_memory_is_o_nnz():
     """Issue 26, defect 4: a COO A of 2**31 + 5 rows and 2 entries times a 3 x 2 sparse B

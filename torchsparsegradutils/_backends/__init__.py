@@ -23,6 +23,7 @@ from .._core.torch_sparse import csr_tensor
 from .._core.view import CSRView, head_copies, item_rows, kernel_array, product_itype, view_of
 from . import cpu, cuda, torch_ops
 from .cpu import cg, minres  # noqa: F401  (only on the route krylov_view opens)
+from .cpu import release_kept  # noqa: F401  (memory the C kernels keep, on no route)
 from .kept_rows import block_diagonal, dense_on_rows
 
 # Tests set this to run the torch-ops route on CPU tensors.

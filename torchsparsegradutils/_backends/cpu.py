@@ -135,13 +135,41 @@ def transpose_pattern(A: CSRView):
     return tptr, trow, tperm
 
 
+# ------------------------------------------------ outputs on blocks kept between calls
+# DLPack's (code, bits) of each dtype an output on a kept block may have
+_DLPACK_TYPES = {torch.int32: (0, 32), torch.int64: (0, 64), torch.float16: (2, 16), torch.float32: (2, 32),
+                 torch.float64: (2, 64), torch.bfloat16: (4, 16)}
+KEPT_MIN_BYTES = 1 << 21
+
+
+def kept_empty(shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """torch.empty(shape, dtype=dtype), on a block kept for reuse (csrc/kept_blocks.c)
+    where it takes KEPT_MIN_BYTES or more: a block freed by an earlier output comes back
+    already paged in, where a fresh one of tens of MiB costs a page fault per 4 KiB on
+    its first write, in a process that has allocated before as long as the product itself.
+    The tensor is PyTorch's like any other (through DLPack), but its storage cannot be resized."""
+    numel = 1
+    for size in shape:
+        numel *= size
+    if numel * dtype.itemsize < KEPT_MIN_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    return torch.utils.dlpack.from_dlpack(_C.kept_empty(shape, *_DLPACK_TYPES[dtype]))
+
+
+def release_kept() -> int:
+    """Free what the C side keeps between calls (the kept blocks and sparse @ sparse's
+    workspace); the bytes freed."""
+    return _C.release_kept()
+
+
 # ------------------------------------------------------------- sparse @ sparse (sparse_mm)
 # A[k] is n x l and B[k] l x m; the product's pattern comes as global row pointers
 # (batch*n+1,) and int64 columns, increasing in each row.  The kernels take one index
 # dtype for all their sparse operands: int32 ones are widened where the dtypes differ.
 def spgemm(A: CSRView, B: CSRView, coo: bool = False):
     """(ptr, index, values) of C = A @ B for every batch item (csrc/spgemm.c: the product
-    computed once, then written into the outputs allocated here once its size is known);
+    computed once, then written into the outputs allocated here once its size is known,
+    index and values on kept blocks: kept_empty);
     index: the columns, or with coo C's COO index array ((2 or 3, nnz): (item,) row,
     column), written by the kernel with the columns.  The pointers and columns of int32
     operands are int32 (product_itype)."""
@@ -150,8 +178,7 @@ def spgemm(A: CSRView, B: CSRView, coo: bool = False):
 
     def outputs(nnz):
         itype = product_itype(A, B, coo, nnz)
-        return (torch.empty((len(A.shape), nnz) if coo else (nnz,), dtype=itype),
-                torch.empty(nnz, dtype=A.values.dtype))
+        return kept_empty((len(A.shape), nnz) if coo else (nnz,), itype), kept_empty((nnz,), A.values.dtype)
 
     index, values = _C.spgemm(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), A.batch, A.nrows,
                               A.ncols, B.ncols, ptr, outputs, torch.get_num_threads())
