@@ -122,7 +122,7 @@ ext = Extension(
     depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/cuda/*")),
     include_dirs=["csrc"],
     extra_compile_args=extra,
-    extra_link_args=["-pthread"],
+    extra_link_args=["-pthread"] + (["-ldl"] if sys.platform.startswith("linux") else []),  # dlsym before glibc 2.34
     define_macros=[("Py_LIMITED_API", "0x03090000")],
     py_limited_api=True,
 )

@@ -9,6 +9,7 @@
  * tensor.__dlpack__(). */
 #include "glue.h"
 #include "tsgu_isa.h"
+#include "tsgu_parallel.h"
 #include <limits.h>
 #include <string.h>
 
@@ -334,9 +335,20 @@ static PyObject *py_simd(PyObject *self, PyObject *unused)
     return PyUnicode_FromString("portable");
 }
 
+/* ---- threads() -> str: whose threads run the kernels ("openmp": the process's OpenMP
+ * team, PyTorch's; "own": threads of our own, see parallel_rows.c) ---- */
+static PyObject *py_threads(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyUnicode_FromString(tsgu_parallel_openmp() ? "openmp" : "own");
+}
+
 static PyMethodDef methods[] = {
     {"set_exporter", py_set_exporter, METH_O, "set_exporter(fn): fn(tensor) -> DLPack capsule"},
     {"simd", py_simd, METH_NOARGS, "simd() -> 'avx2+fma' or 'portable': the kernels' variant (TSGU_PORTABLE=1)"},
+    {"threads", py_threads, METH_NOARGS,
+     "threads() -> 'openmp' or 'own': whose threads run the kernels (TSGU_OPENMP=0: our own)"},
     {"status_messages", py_status_messages, METH_NOARGS,
      "status_messages() -> {name: message}: the ValueError message of each kernel status (tsgu.h, no TSGU_)"},
     {"use_exchange_api", py_use_exchange_api, METH_O,
@@ -359,6 +371,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_C",
 
 PyMODINIT_FUNC PyInit__C(void)
 {
+    tsgu_parallel_init();
     PyObject *m = PyModule_Create(&module);
 #ifdef TSGU_CUDA
     const long cuda = 1;

@@ -5,9 +5,14 @@
 #include "tsgu.h"
 
 #define TSGU_MAX_THREADS 256
-/* Run fn(ctx, t) for t in [0, T) on T threads; first non-zero status in task order. */
+/* Run fn(ctx, t) for t in [0, T) on T threads (the process's OpenMP team, or threads of
+ * our own); first non-zero status in task order. */
 typedef int (*tsgu_task_fn)(void *ctx, int64_t t);
 int tsgu_parallel_tasks(int64_t T, tsgu_task_fn fn, void *ctx);
+/* once, as the module loads: from then on a forked child runs threads of its own */
+void tsgu_parallel_init(void);
+/* 1 where tsgu_parallel_tasks runs on the process's OpenMP team, 0 on threads of our own */
+int tsgu_parallel_openmp(void);
 /* Split the global rows [0, batch*nrows) into T <= nthreads contiguous chunks of
  * about equal cost (entries*work_per_entry + rows); chunk t is
  * [bounds[t], bounds[t+1]).  Returns T; bounds needs TSGU_MAX_THREADS+1 slots. */

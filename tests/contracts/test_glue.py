@@ -6,6 +6,8 @@ import os
 
 import pytest
 import torch
+from support.checks import num_threads
+from support.children import run_child
 from support.operands import seeded
 from support.mm import HALF, make_case
 
@@ -173,6 +175,55 @@ def test_kept_empty_entry_point():
     t[-1] = 1.0
     del t
     assert _C.release_kept() == 0
+
+
+_THREADED_PRODUCTS = """
+import hashlib
+gen = torch.Generator().manual_seed(5)
+n = 60_000
+A = torch.sparse_coo_tensor(torch.stack([torch.arange(n).repeat_interleave(6), torch.randint(0, n, (6 * n,), generator=gen)]),
+                            torch.randn(6 * n, generator=gen), (n, n)).coalesce().to_sparse_csr()
+B = torch.randn(n, 32, generator=gen)
+
+def digest():
+    # a product, a mean and a sparse @ sparse product, each on several threads; hashed
+    # from NumPy's view of the bits (no PyTorch op: a forked child cannot run one)
+    torch.set_num_threads(3)
+    S = tsgu.sparse_mm(A, A)
+    arrays = [tsgu.sparse_mm(A, B), tsgu.sparse_mm(A, B, reduce="mean"), S.col_indices(), S.values()]
+    return hashlib.sha256(b"".join(a.numpy().tobytes() for a in arrays)).hexdigest()
+"""
+
+
+@pytest.mark.skipif("OpenMP" not in torch.__config__.parallel_info(), reason="PyTorch built without OpenMP")
+def test_kernels_run_on_the_openmp_team_on_threads_of_their_own_and_after_fork():
+    """The kernels' threads are PyTorch's OpenMP team (_C.threads() == "openmp"), or with
+    TSGU_OPENMP=0 threads of their own ("own"), and in a child forked after the module
+    loaded also their own (GNU OpenMP's team is the parent's: a team there never starts):
+    the same bits all three ways, on three threads."""
+    ns = {"torch": torch, "tsgu": tsgu}
+    exec(_THREADED_PRODUCTS, ns)
+    with num_threads(3):
+        want = ns["digest"]()
+        assert tsgu._C.threads() == "openmp"
+        r = run_child(_THREADED_PRODUCTS + "print(tsgu._C.threads(), digest())", env={"TSGU_OPENMP": "0"})
+        assert r.returncode == 0 and r.stdout.split() == ["own", want], r.stdout + r.stderr[-2000:]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:                                  # the child: its answer down the pipe, then out
+            code = 1
+            try:
+                import faulthandler
+                faulthandler.dump_traceback_later(120, exit=True)    # a hang ends the child, not the suite
+                os.write(write, f"{tsgu._C.threads()} {ns['digest']()}".encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            got = pipe.read().split()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and got == ["own", want], got
 
 
 def test_version_and_exports():
