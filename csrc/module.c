@@ -9,6 +9,7 @@
  * tensor.__dlpack__(). */
 #include "glue.h"
 #include "tsgu_isa.h"
+#include "tsgu_kept_blocks.h"
 #include "tsgu_parallel.h"
 #include <limits.h>
 #include <string.h>
@@ -379,6 +380,8 @@ PyMODINIT_FUNC PyInit__C(void)
     const long cuda = 0;
 #endif
     if (m && PyModule_AddIntConstant(m, "cuda", cuda)) Py_CLEAR(m); /* built with the CUDA kernels? */
+    /* the least an output takes to go on a kept block (_backends.cpu.kept_empty) */
+    if (m && PyModule_AddIntConstant(m, "kept_min_bytes", (long)TSGU_KEPT_MIN_BYTES)) Py_CLEAR(m);
     PyMethodDef *const families[] = {glue_mm, glue_reduce, glue_spgemm, glue_solve, glue_grouped, glue_lse,
                                      glue_softmax, glue_gat, glue_blocks};
     for (size_t i = 0; m && i < sizeof families / sizeof families[0]; i++)

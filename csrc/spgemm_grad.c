@@ -13,8 +13,9 @@
  * products, plus nnz(G); G is read once, in order.  gA[e] belongs to row i's walk.
  * gB[f] gets products from many rows: the rows are cut into K chunks of about equal
  * work, K <= TSGU_GRAD_CHUNKS set by the matrices alone (spgemm_split.c), each chunk
- * sums into its own float array of nnz(B), and the chunks' sums are added in chunk
- * order; so both are the same bits for any thread count (threads take chunks t,
+ * sums into its own float array of nnz(B) (where large, on a kept block, kept_blocks.c:
+ * a training step's next call finds it paged in), and the chunks' sums are added in
+ * chunk order; so both are the same bits for any thread count (threads take chunks t,
  * t+T, ...).  16-bit values are summed in float and rounded once.  A, B and a sparse G
  * are checked first. */
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "tsgu.h"
 #include "tsgu_accum.h"
 #include "tsgu_advise.h"
+#include "tsgu_kept_blocks.h"
 #include "tsgu_parallel.h"
 
 #define TSGU_GRAD_CHUNKS 4   /* K: gB's partial sums take K * nnz(B) floats */
@@ -51,15 +53,17 @@ int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, co
     if (K < 0) return TSGU_ENOMEM;
     int64_t T = nthreads < 1 ? 1 : nthreads > K ? K : nthreads;
     size_t sum_size = B->rtype == TSGU_F64 ? sizeof(double) : sizeof(float);
-    void *partial = gB ? calloc((size_t)(K * B->nnz + 1), sum_size) : NULL;
-    if (gB && !partial) return TSGU_ENOMEM;
+    size_t bytes = (size_t)(K * B->nnz + 1) * sum_size, kept = gB && bytes >= TSGU_KEPT_MIN_BYTES ? bytes : 0;
+    void *partial = NULL;       /* a large one on a kept block (paged in by an earlier call), zeroed here */
+    if (gB && !(partial = kept ? tsgu_block_take(&kept) : calloc(1, bytes))) return TSGU_ENOMEM;
+    if (kept) memset(partial, 0, bytes);
     grad_ctx x = {A, B, G, Gd, gA, gB, partial, bounds, K, T};
     if (gA) tsgu_advise_output(gA, A->nnz * tsgu_real_size(A->rtype));      /* fresh outputs: huge pages */
     if (gB) tsgu_advise_output(gB, B->nnz * tsgu_real_size(A->rtype));
-    if (gB) tsgu_advise_output(partial, K * B->nnz * (int64_t)sum_size);
     status = tsgu_parallel_tasks(T, TSGU_PICK_HALF(grad_chunks, B->rtype, A->itype), &x);
     if (status == TSGU_OK && gB) status = tsgu_parallel_tasks(T, TSGU_PICK_HALF(grad_b_sum, B->rtype, A->itype), &x);
-    free(partial);
+    if (kept && partial) tsgu_block_give(partial, kept);
+    else free(partial);
     return status;
 }
 

@@ -1,10 +1,12 @@
-/* tsgu_kept_blocks.h: memory for large outputs, kept for reuse once given back
- * (kept_blocks.c).  Not a kernel's: the glue takes a block for an output tensor
- * and its deleter gives it back. */
+/* tsgu_kept_blocks.h: memory for large outputs (and a kernel's large workspace), kept
+ * for reuse once given back (kept_blocks.c): the glue takes a block for an output
+ * tensor, whose deleter gives it back. */
 #ifndef TSGU_KEPT_BLOCKS_H
 #define TSGU_KEPT_BLOCKS_H
 
 #include <stddef.h>
+
+#define TSGU_KEPT_MIN_BYTES ((size_t)2 << 20) /* smaller: malloc's own reuse serves */
 
 /* a block of at least *bytes (2 MiB aligned where fresh), its size into *bytes; NULL for want of memory */
 void *tsgu_block_take(size_t *bytes);

@@ -139,7 +139,7 @@ def transpose_pattern(A: CSRView):
 # DLPack's (code, bits) of each dtype an output on a kept block may have
 _DLPACK_TYPES = {torch.int32: (0, 32), torch.int64: (0, 64), torch.float16: (2, 16), torch.float32: (2, 32),
                  torch.float64: (2, 64), torch.bfloat16: (4, 16)}
-KEPT_MIN_BYTES = 1 << 21
+KEPT_MIN_BYTES = _C.kept_min_bytes      # csrc/tsgu_kept_blocks.h
 
 
 def kept_empty(shape: Tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -190,8 +190,8 @@ def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
     A.col and B.col (None where not needed), for G = dL/dC a CSRView (C's shape, any
     pattern) or a dense tensor; both from one walk over the products (csrc/spgemm_grad.c)."""
     A, B, G = _one_index_dtype(A, B, G)
-    ga = torch.empty(A.col.shape, dtype=A.values.dtype) if need_a else None
-    gb = torch.empty(B.col.shape, dtype=A.values.dtype) if need_b else None
+    ga = kept_empty(tuple(A.col.shape), A.values.dtype) if need_a else None
+    gb = kept_empty(tuple(B.col.shape), A.values.dtype) if need_b else None
     _C.spgemm_grad(A.ptr, A.col, plain(A.values), B.ptr, B.col, plain(B.values), A.batch, A.nrows, A.ncols,
                    B.ncols, *_grad_arrays(G), ga, gb, torch.get_num_threads())
     return ga, gb
