@@ -2,8 +2,9 @@
 
 Two things are kept so that a training step's next call finds its memory paged in:
 
-* the blocks of large outputs (sparse @ sparse's columns and values, each of 2 MiB
-  or more), kept once their tensors are freed, up to 256 MiB in all: a fresh block of
+* the blocks of large outputs (sparse @ sparse's columns and values, and its values'
+  gradients, each of 2 MiB or more) and of its backward's largest workspace, kept once
+  their tensors are freed (or the call is done), up to 256 MiB in all: a fresh block of
   tens of MiB costs a page fault per 4 KiB page on its first write, which in a process
   that has allocated before takes as long as the product itself;
 * sparse @ sparse's workspace (up to 256 MiB), where the product is computed before

@@ -572,6 +572,27 @@ def test_large_products_on_kept_blocks():
     assert G._nnz() > 0
 
 
+def test_large_gradients_on_kept_blocks(monkeypatch):
+    """The backward's gradients of 2 MiB or more (B's here: 300k float64 values) and its
+    partial sums (4 x 300k) are on kept blocks too: the same gradients as the torch-ops
+    route (itself checked against dense autograd), twice in a row (the second call on the
+    first's blocks and workspace)."""
+    A, B = _large_operand(per_row=4, key=2), _large_operand(per_row=10, key=3)
+    assert B._nnz() * 8 >= _backends.cpu.KEPT_MIN_BYTES
+    out = {}
+    for forced in (True, False, False):
+        monkeypatch.setattr(_backends, "force_torch_ops", forced)
+        Al, Bl = A.detach().requires_grad_(), B.detach().requires_grad_()
+        C = sparse_mm(Al, Bl)
+        C.backward(torch.sparse_coo_tensor(C.indices(), torch.linspace(-1, 1, C._nnz(), dtype=torch.float64),
+                                           C.shape))
+        got = [Al.grad.coalesce(), Bl.grad.coalesce()]
+        for x, y in zip(got, out.get("want", got)):
+            assert torch.equal(x.indices(), y.indices())
+            torch.testing.assert_close(x.values(), y.values(), **TOL[torch.float64])
+        out.setdefault("want", got)
+
+
 @pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
 def test_spgemm_hypersparse_coo_memory_is_o_nnz():
     """Issue 26, defect 4: a COO A of 2**31 + 5 rows and 2 entries times a 3 x 2 sparse B
