@@ -210,13 +210,15 @@ def test_kernels_run_on_the_openmp_team_on_threads_of_their_own_and_after_fork()
         assert r.returncode == 0 and r.stdout.split() == ["own", want], r.stdout + r.stderr[-2000:]
         read, write = os.pipe()
         pid = os.fork()
-        if pid == 0:                                  # the child: its answer down the pipe, then out
+        if pid == 0:                                  # the child: its answer (or error) down the pipe, then out
             code = 1
             try:
-                import faulthandler
-                faulthandler.dump_traceback_later(120, exit=True)    # a hang ends the child, not the suite
+                import signal
+                signal.alarm(120)                     # a hang ends the child (SIGALRM), not the suite
                 os.write(write, f"{tsgu._C.threads()} {ns['digest']()}".encode())
                 code = 0
+            except BaseException as e:
+                os.write(write, f"error: {e!r}".encode())
             finally:
                 os._exit(code)
         os.close(write)
