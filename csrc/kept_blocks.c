@@ -1,4 +1,5 @@
-/* kept_blocks.c: memory for large outputs, kept for the next call once its tensor is freed.
+/* kept_blocks.c: memory for large outputs (and a kernel's large workspace), kept for the
+ * next call once its tensor is freed (or the kernel is done with it).
  *     take(bytes): the smallest kept block of size s with  bytes <= s <= bytes + bytes/2,
  *                  else a fresh block of bytes rounded up to 2 MiB;
  *     give(block): kept while the kept blocks' total stays <= TSGU_KEPT_BYTES (the
@@ -74,7 +75,7 @@ void *tsgu_block_take(size_t *bytes)
 
 void tsgu_block_give(void *data, size_t bytes)
 {
-    kept_block out[TSGU_KEPT_SLOTS + 1];   /* freed once the lock is let go */
+    kept_block out[TSGU_KEPT_SLOTS];   /* freed once the lock is let go */
     int nout = 0;
     if (bytes > TSGU_KEPT_BYTES) {
         free(data);
