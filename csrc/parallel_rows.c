@@ -99,18 +99,16 @@ int tsgu_parallel_tasks(int64_t T, tsgu_task_fn fn, void *ctx)
     if (tsgu_parallel_openmp()) {
         team_work w = {c, T};
         gomp_parallel(team_body, &w, (unsigned)T, 0);
-        int status = TSGU_OK;
-        for (int64_t t = 0; t < T && status == TSGU_OK; t++) status = c[t].status;
-        return status;
+    } else {
+        for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&tid[t], NULL, run_task, &c[t]) == 0;
+        run_task(&c[0]);
+        for (int64_t t = 1; t < T; t++) {
+            if (started[t]) pthread_join(tid[t], NULL);
+            else run_task(&c[t]); /* no thread to be had: do its share here */
+        }
     }
-    for (int64_t t = 1; t < T; t++) started[t] = pthread_create(&tid[t], NULL, run_task, &c[t]) == 0;
-    run_task(&c[0]);
-    int status = c[0].status;
-    for (int64_t t = 1; t < T; t++) {
-        if (started[t]) pthread_join(tid[t], NULL);
-        else run_task(&c[t]); /* no thread to be had: do its share here */
-        if (status == TSGU_OK) status = c[t].status;
-    }
+    int status = TSGU_OK;
+    for (int64_t t = 0; t < T && status == TSGU_OK; t++) status = c[t].status;
     return status;
 }
 
