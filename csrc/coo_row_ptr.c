@@ -38,7 +38,7 @@ typedef struct {
 static int coo_task(void *vctx, int64_t t)
 {
     const coo_ctx *x = vctx;
-    const tsgu_coo *c = &x->c;
+    const tsgu_coo cc = x->c, *c = &cc;  /* a copy: the loop's writes cannot change it, so it stays in registers */
     int64_t e0 = x->bounds[t], e1 = x->bounds[t + 1], w = x->lim[t], hi = x->lim[t + 1], *ptr = x->ptr;
     int probe = x->probe;
     int64_t prev, prevj;   /* global row and column of the entry before */

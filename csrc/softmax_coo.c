@@ -115,7 +115,7 @@ int tsgu_softmax_coo(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_
 
 TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, int64_t k)
 {
-    const tsgu_coo *c = &x->c;
+    const tsgu_coo cc = x->c, *c = &cc;  /* a copy: the loop's writes cannot change it, so it stays in registers */
     const int64_t e0 = x->bounds[k], e1 = x->bounds[k + 1], hi = x->lim[k + 1];
     const real_t *v = x->val;
     real_t *y = x->out;
