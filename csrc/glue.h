@@ -45,7 +45,7 @@ typedef struct DLManagedTensor {
     void *manager_ctx;
     void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
-enum { kDLCPU = 1, kDLCUDA = 2, kDLInt = 0, kDLFloat = 2, kDLBfloat = 4 };
+enum { kDLCPU = 1, kDLCUDA = 2, kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4 };
 
 /* ---- the tensors of one call, held from intake to the single exit ---- */
 typedef struct {
@@ -185,6 +185,9 @@ PyObject *py_cuda_coo_check(PyObject *self, PyObject *args);
 PyObject *py_cuda_coo_row_ptr(PyObject *self, PyObject *args);
 PyObject *py_cuda_spmm(PyObject *self, PyObject *args);
 PyObject *py_cuda_sddmm(PyObject *self, PyObject *args);
+PyObject *py_cuda_entry_rows(PyObject *self, PyObject *args);
+PyObject *py_cuda_transpose_bytes(PyObject *self, PyObject *args);
+PyObject *py_cuda_transpose(PyObject *self, PyObject *args);
 #endif
 
 #endif

@@ -199,4 +199,92 @@ PyObject *py_cuda_sddmm(PyObject *self, PyObject *args)
     if (status == TSGU_OK) status = tsgu_cuda_sddmm(&A, data_of(&h[5]), &G, &B, (void *)A.val, (void *)(uintptr_t)stream);
     return finish_cuda(&c, status, "sddmm");
 }
+
+/* ---- cuda_entry_rows(ptr, col, batch, n, m, rows, stream) ----
+ * rows[e] = the global row of entry e (the columns' dtype) */
+PyObject *py_cuda_entry_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[3];
+    long long batch, n, m;
+    unsigned long long stream;
+    int status;
+    call c = {.cuda = 1};
+    tsgu_csr A;
+    if (!PyArg_ParseTuple(args, "OOLLLOK", &o[0], &o[1], &batch, &n, &m, &o[2], &stream)) return NULL;
+    const char *names[3] = {"crow_indices", "col_indices", "rows"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 3) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A, 0) ||
+        index_array(&h[2], &A, A.nnz, names[1]))
+        return finish(&c, -1);
+    status = tsgu_cuda_use_device(c.device_id);
+    if (status == TSGU_OK) status = tsgu_cuda_entry_rows(&A, data_of(&h[2]), (void *)(uintptr_t)stream);
+    return finish_cuda(&c, status, "entry_rows");
+}
+
+/* ---- cuda_transpose_bytes(nnz, K) -> int ----
+ * the workspace of cuda_transpose for nnz entries and K = batch*m rows of A^T */
+PyObject *py_cuda_transpose_bytes(PyObject *self, PyObject *args)
+{
+    (void)self;
+    long long nnz, K;
+    size_t bytes = 0;
+    if (!PyArg_ParseTuple(args, "LL", &nnz, &K)) return NULL;
+    if (nnz < 0 || K < 0 || nnz >= INT32_MAX || K >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "cuda_transpose takes fewer than 2^31 - 1 entries and rows");
+        return NULL;
+    }
+    int status = tsgu_cuda_transpose_bytes(nnz, K, &bytes);
+    if (status != TSGU_OK) {
+        call c = {.cuda = 1};
+        return finish_cuda(&c, status, "transpose_bytes");
+    }
+    return PyLong_FromSize_t(bytes);
+}
+
+/* h is an int32 array of `want` elements, contiguous */
+static int int32_array(const held *h, int64_t want)
+{
+    if (index_type(h) == TSGU_I32 && !need_contiguous(h) && numel(dl(h)) == want) return 0;
+    if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s must hold %lld int32", h->name, (long long)want);
+    return -1;
+}
+
+/* ---- cuda_transpose(ptr, col, batch, n, m, tptr, trow, tperm, work, stream) ----
+ * A's transpose pattern (transpose.cu), int32; work: uint8, cuda_transpose_bytes long */
+PyObject *py_cuda_transpose(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o[6];
+    long long batch, n, m;
+    unsigned long long stream;
+    int status;
+    size_t need = 0;
+    call c = {.cuda = 1};
+    tsgu_csr A;
+    if (!PyArg_ParseTuple(args, "OOLLLOOOOK", &o[0], &o[1], &batch, &n, &m, &o[2], &o[3], &o[4], &o[5], &stream))
+        return NULL;
+    const char *names[6] = {"crow_indices", "col_indices", "tptr", "trow", "tperm", "work"};
+    const held *h = c.t;
+    if (take_all(&c, o, names, 6) || make_csr(&h[0], &h[1], NULL, batch, n, m, &A, 0))
+        return finish(&c, -1);
+    int64_t K = A.batch * A.ncols;
+    DLDataType w = dl(&h[5])->dtype;
+    if (A.nnz >= INT32_MAX || K >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "cuda_transpose takes fewer than 2^31 - 1 entries and rows");
+        return finish(&c, -1);
+    }
+    status = tsgu_cuda_transpose_bytes(A.nnz, K, &need);
+    if (status != TSGU_OK) return finish_cuda(&c, status, "transpose_bytes");
+    if (int32_array(&h[2], K + 1) || int32_array(&h[3], A.nnz) || int32_array(&h[4], A.nnz)) return finish(&c, -1);
+    if (w.code != kDLUInt || w.bits != 8 || need_contiguous(&h[5]) || (size_t)numel(dl(&h[5])) < need) {
+        if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "work must be uint8 of %zu bytes", need);
+        return finish(&c, -1);
+    }
+    status = tsgu_cuda_use_device(c.device_id);
+    if (status == TSGU_OK)
+        status = tsgu_cuda_transpose(&A, data_of(&h[2]), data_of(&h[3]), data_of(&h[4]), data_of(&h[5]),
+                                     (size_t)numel(dl(&h[5])), (void *)(uintptr_t)stream);
+    return finish_cuda(&c, status, "transpose");
+}
 #endif

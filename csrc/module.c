@@ -363,6 +363,11 @@ static PyMethodDef methods[] = {
     {"cuda_spmm", py_cuda_spmm, METH_VARARGS,
      "cuda_spmm(crow, col, values, perm, batch, n, m, B, out, plan, stream)"},
     {"cuda_sddmm", py_cuda_sddmm, METH_VARARGS, "cuda_sddmm(crow, col, rows, batch, n, m, G, B, out, stream)"},
+    {"cuda_entry_rows", py_cuda_entry_rows, METH_VARARGS, "cuda_entry_rows(crow, col, batch, n, m, rows, stream)"},
+    {"cuda_transpose_bytes", py_cuda_transpose_bytes, METH_VARARGS,
+     "cuda_transpose_bytes(nnz, K) -> the workspace bytes of cuda_transpose"},
+    {"cuda_transpose", py_cuda_transpose, METH_VARARGS,
+     "cuda_transpose(crow, col, batch, n, m, tptr, trow, tperm, work, stream)"},
 #endif
     {NULL, NULL, 0, NULL}};
 

@@ -75,6 +75,16 @@ int tsgu_cuda_coo_check(const int64_t *idx, int64_t ld, int64_t sparse_dims, int
 int tsgu_cuda_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
                           const int64_t *sizes, int64_t *ptr, void *stream);
 
+/* rows[e] = the global row of entry e of A (A's index type, nnz of them) */
+int tsgu_cuda_entry_rows(const tsgu_csr *A, void *rows, void *stream);
+
+/* A's transpose pattern in the global layout (transpose.cu): tptr (batch*m+1),
+ * trow and tperm (nnz), int32, for nnz and batch*m under 2^31; work holds
+ * *bytes from tsgu_cuda_transpose_bytes(nnz, batch*m, bytes) */
+int tsgu_cuda_transpose_bytes(int64_t nnz, int64_t K, size_t *bytes);
+int tsgu_cuda_transpose(const tsgu_csr *A, int32_t *tptr, int32_t *trow, int32_t *tperm, void *work, size_t bytes,
+                        void *stream);
+
 /* C[k] = A[k] @ B[k]; with perm (A's index type) the value of entry e is
  * val[perm[e]] (A^T through its transpose pattern: see spmm.cu) */
 int tsgu_cuda_spmm(const tsgu_csr *A, const void *perm, const tsgu_dense *B, tsgu_dense *C,

@@ -5,12 +5,16 @@ operands, float64 gradcheck, malformed structures, memory, streams, and same bit
 across runs.  Every test skips without a CUDA device.
 
 The references are test_sparse_mm's, moved to the device."""
+import importlib
+
 import pytest
 import torch
 from support.mm import TOL, check_against_dense, grads_of, make_case
 
 from torchsparsegradutils import SparseCSR, _backends, _C, sparse_csr_tensor, sparse_mm
-from torchsparsegradutils._core import native
+from torchsparsegradutils._core import native, structures
+
+spgemm_ops = importlib.import_module("torchsparsegradutils._backends.torch_ops.spgemm")   # the module, not the function
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -209,6 +213,70 @@ def test_structure_checked_once_per_adjacency():
         assert calls == [1]
     finally:
         _C.cuda_coo_check = real
+
+
+def reference_transpose(ptr, col, b, n, m):
+    """The transpose pattern (tptr, trow, tperm) of global CSR arrays, by a stable sort on
+    the CPU (int64)."""
+    ptr, col = ptr.cpu().long(), col.cpu().long()
+    rows = torch.repeat_interleave(torch.arange(ptr.numel() - 1), ptr.diff())
+    item = rows // n if n else rows
+    key = item * m + col
+    tperm = torch.argsort(key, stable=True)
+    tptr = torch.cat([torch.zeros(1, dtype=torch.int64), torch.bincount(key, minlength=b * m).cumsum(0)])
+    return tptr, (rows - item * n)[tperm], tperm, rows
+
+
+def transpose_cases():
+    """(ptr, col, b, n, m) on the device, global layout: long rows and columns, empty rows,
+    batches, both index types, a power-law pattern, no entries, no rows."""
+    for batched in (False, True):
+        for itype in (torch.int32, torch.int64):
+            A = long_rows_case(torch.float32, itype, batched)[0]
+            b, n, m = (A.shape[0] if batched else 1), A.shape[-2], A.shape[-1]
+            nnz = A.col_indices().shape[-1]
+            offs = (torch.arange(b, device=DEV) * nnz).unsqueeze(1).to(itype)
+            ptr = torch.cat([(A.crow_indices().reshape(b, -1)[:, :-1] + offs).reshape(-1),
+                             torch.tensor([b * nnz], dtype=itype, device=DEV)])
+            yield ptr, A.col_indices().reshape(-1), b, n, m
+    gen = torch.Generator().manual_seed(3)
+    w = torch.rand(5000, generator=gen).pow(4) + 1e-3
+    idx = torch.stack([torch.multinomial(w, 40000, True, generator=gen), torch.multinomial(w, 40000, True, generator=gen)])
+    A = torch.sparse_coo_tensor(idx, torch.ones(40000), (5000, 5000)).coalesce().to_sparse_csr().to(DEV)
+    yield A.crow_indices(), A.col_indices(), 1, 5000, 5000
+    yield torch.zeros(8, dtype=torch.int64, device=DEV), torch.zeros(0, dtype=torch.int64, device=DEV), 1, 7, 9
+    yield torch.zeros(1, dtype=torch.int64, device=DEV), torch.zeros(0, dtype=torch.int64, device=DEV), 3, 0, 4
+
+
+@pytest.mark.parametrize("int32_limit", [2 ** 31 - 1, 0])
+def test_transpose_pattern_and_entry_rows(monkeypatch, int32_limit):
+    """A structure's transpose pattern (csrc/cuda/transpose.cu; int64 by PyTorch's sort above
+    the int32 limit, forced here by a limit of 0) and its entry rows (csrc/cuda/entry_rows.cu)
+    equal a stable sort's on the CPU, element for element."""
+    if not _C.cuda:
+        pytest.skip("no CUDA kernels")
+    monkeypatch.setattr(structures, "INT32_PATTERN_LIMIT", int32_limit)
+    for ptr, col, b, n, m in transpose_cases():
+        s = structures.CudaStructure(ptr, col, b, n, m)
+        tptr, trow, tperm, t = s.transpose()
+        assert tptr.dtype == trow.dtype == tperm.dtype == (torch.int32 if int32_limit else torch.int64)
+        want = reference_transpose(ptr, col, b, n, m)
+        for got, ref in zip((tptr, trow, tperm), want):
+            assert torch.equal(got.cpu().long(), ref)
+        assert (t.n, t.m, t.batch) == (m, n, b)
+        assert s.rows().dtype == col.dtype and torch.equal(s.rows().cpu().long(), want[3])
+
+
+def test_columns_increase_on_the_device(monkeypatch):
+    """Whether a product's rows have increasing columns (the sort after PyTorch's CSR @ CSR):
+    our device check and the torch-ops pass agree, a descent across two rows allowed."""
+    ptr = torch.tensor([0, 2, 2, 5, 6], device=DEV)
+    cases = {(0, 3, 1, 2, 4, 0): True, (3, 0, 1, 2, 4, 0): False, (0, 3, 1, 4, 2, 0): False,
+             (0, 3, 1, 2, 2, 1): False, (4, 3, 0, 1, 2, 3): False}
+    for enabled in ([True, False] if _C.cuda else [False]):
+        monkeypatch.setattr(native, "cuda_enabled", enabled)
+        for col, increase in cases.items():
+            assert spgemm_ops._columns_increase(ptr, torch.tensor(col, device=DEV), 5) is increase, (enabled, col)
 
 
 @pytest.mark.parametrize("layout", ["coo", "csr"])

@@ -288,6 +288,11 @@ def _plan(ptr: torch.Tensor) -> Optional[_Plan]:
     return _Plan(long_rows, piece_off, piece_long)
 
 
+# A transpose pattern is int32 (csrc/cuda/transpose.cu) where nnz and batch*m are under
+# this, else int64 (PyTorch's sort); tests lower it to run the int64 path.
+INT32_PATTERN_LIMIT = 2 ** 31 - 1
+
+
 class CudaStructure:
     """A structure checked on the device: global pointers `ptr` (batch*n+1) and flat
     columns `col`, with what the kernels derive from it (long-row plan, entry rows,
@@ -301,7 +306,8 @@ class CudaStructure:
     def rows(self) -> torch.Tensor:
         """The global row of every entry (the columns' dtype), built once."""
         if self._rows is None:
-            self._rows = entry_rows(self.ptr).to(self.col.dtype)
+            self._rows = torch.empty(self.col.shape, dtype=self.col.dtype, device=self.col.device)
+            _C.cuda_entry_rows(self.ptr, self.col, self.batch, self.n, self.m, self._rows, stream(self.col))
         return self._rows
 
     def plan(self, p: int, dtype: torch.dtype):
@@ -313,9 +319,18 @@ class CudaStructure:
         """(tptr, trow, tperm, structure of A^T): every item's transpose in the global
         layout (batch*m+1 pointers), the row of A of each of its entries, and the
         entry's position in A's flat arrays; built once, by a stable sort (so the
-        entries of a row of A^T are in increasing row of A: a fixed order)."""
+        entries of a row of A^T are in increasing row of A: a fixed order): int32 by
+        csrc/cuda/transpose.cu where every value fits, else int64 by PyTorch's sort."""
         if self._transpose is None:
             b, n, m = self.batch, self.n, self.m
+            nnz = self.col.numel()
+            if max(nnz, b * m) < INT32_PATTERN_LIMIT:
+                tptr = torch.empty(b * m + 1, dtype=torch.int32, device=self.col.device)
+                trow, tperm = (torch.empty(nnz, dtype=torch.int32, device=self.col.device) for _ in range(2))
+                work = torch.empty(_C.cuda_transpose_bytes(nnz, b * m), dtype=torch.uint8, device=self.col.device)
+                _C.cuda_transpose(self.ptr, self.col, b, n, m, tptr, trow, tperm, work, stream(self.col))
+                self._transpose = (tptr, trow, tperm, CudaStructure(tptr, trow, b, m, n))
+                return self._transpose
             rows = entry_rows(self.ptr)
             item = rows // n if n else rows
             key = item * m + self.col.long()
@@ -323,9 +338,7 @@ class CudaStructure:
             trow = (rows - item * n).index_select(0, tperm)
             tptr = torch.zeros(b * m + 1, dtype=torch.int64, device=key.device)
             torch.cumsum(torch.bincount(key, minlength=b * m), 0, out=tptr[1:])
-            # int32 where every value fits: the pattern is kept, and read every backward
-            itype = torch.int32 if max(key.numel(), b * m + 1) < 2 ** 31 else torch.int64
-            tptr, trow, tperm = tptr.to(itype), trow.to(itype), tperm.to(itype)
+            # int64: the pattern is kept, and read every backward
             self._transpose = (tptr, trow, tperm, CudaStructure(tptr, trow, b, m, n))
         return self._transpose
 
@@ -358,6 +371,17 @@ def cuda_structure(A: CSRView) -> CudaStructure:
     s = CudaStructure(ptr, col, A.batch, A.nrows, A.ncols)
     CUDA_STRUCTURES.remember(key, (A.ptr, A.col), s)
     return s
+
+
+def cuda_columns_increase(ptr: torch.Tensor, col: torch.Tensor, ncols: int) -> bool:
+    """Whether (ptr, col), a well-formed CUDA CSR matrix but for the order of its
+    columns (a product of PyTorch's), has each row's columns increasing: the
+    structure check, one kernel and one synchronisation."""
+    try:
+        _C.cuda_csr_check(ptr, col, 1, ptr.numel() - 1, ncols, -1, _flag(ptr), stream(ptr))
+    except ValueError:
+        return False
+    return True
 
 
 def cuda_coo_structure(indices: torch.Tensor, sizes: tuple, coalesced: bool) -> CooStructure:

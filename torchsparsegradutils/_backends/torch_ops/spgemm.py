@@ -2,6 +2,8 @@
 for the forward, and the gradients w.r.t. both operands' values."""
 import torch
 
+from ..._core import native
+from ..._core.structures import cuda_columns_increase
 from ..._core.torch_sparse import csr_tensor
 from ..._core.view import CSRView, entry_rows
 from ._common import _HALF, global_csr, global_matrix
@@ -53,7 +55,7 @@ def spgemm_csr(A: CSRView, B: CSRView, coo: bool = False):
         csr_tensor(torch.zeros(A2.shape[0] + 1, dtype=torch.int64, device=A2.device),
                    torch.zeros(0, dtype=torch.int64, device=A2.device), A2.values()[:0], (A2.shape[0], B2.shape[1]))
     ptr, col, values = C2.crow_indices().long(), C2.col_indices().long(), C2.values()
-    if not _columns_increase(ptr, col):                             # PyTorch's CPU product leaves rows unsorted
+    if not _columns_increase(ptr, col, B2.shape[1]):                # PyTorch's CPU product leaves rows unsorted
         order = torch.argsort(entry_rows(ptr) * B2.shape[1] + col)
         col, values = col.index_select(0, order), values.index_select(0, order)
     if len(A.shape) == 2:
@@ -97,11 +99,14 @@ def spgemm_grad(A: CSRView, B: CSRView, G, need_a: bool, need_b: bool):
     return ga, gb
 
 
-def _columns_increase(ptr: torch.Tensor, col: torch.Tensor) -> bool:
-    """Whether the columns of every row of (ptr, col) increase: one pass, one synchronisation."""
+def _columns_increase(ptr: torch.Tensor, col: torch.Tensor, ncols: int) -> bool:
+    """Whether the columns of every row of (ptr, col) increase: one pass, one synchronisation
+    (one kernel on CUDA where ours are built)."""
     nnz = col.numel()
     if nnz < 2:
         return True
+    if col.is_cuda and native.cuda_kernels():
+        return cuda_columns_increase(ptr, col, ncols)
     starts = torch.zeros(nnz + 1, dtype=torch.bool, device=col.device)
     starts[ptr] = True                          # entry e opens a row: e and e - 1 may descend
     return not bool(((col[1:] <= col[:-1]) & ~starts[1:nnz]).any())
