@@ -394,6 +394,7 @@ def case_results(tmp_path_factory):
 
 
 @needs_gloo
+@pytest.mark.xdist_group("distributed_cases")   # one worker: each group spawned once, not once a worker
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("case", list(_CASES))
 def test_dist_sparse_mm(case_results, world, case):
