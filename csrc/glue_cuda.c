@@ -222,6 +222,14 @@ PyObject *py_cuda_entry_rows(PyObject *self, PyObject *args)
     return finish_cuda(&c, status, "entry_rows");
 }
 
+/* 0 if a transpose pattern of nnz entries and K rows fits int32, else -1 with a ValueError */
+static int pattern_fits(int64_t nnz, int64_t K)
+{
+    if (nnz >= 0 && K >= 0 && nnz < INT32_MAX && K < INT32_MAX) return 0;
+    PyErr_SetString(PyExc_ValueError, "cuda_transpose takes fewer than 2^31 - 1 entries and rows");
+    return -1;
+}
+
 /* ---- cuda_transpose_bytes(nnz, K) -> int ----
  * the workspace of cuda_transpose for nnz entries and K = batch*m rows of A^T */
 PyObject *py_cuda_transpose_bytes(PyObject *self, PyObject *args)
@@ -229,11 +237,7 @@ PyObject *py_cuda_transpose_bytes(PyObject *self, PyObject *args)
     (void)self;
     long long nnz, K;
     size_t bytes = 0;
-    if (!PyArg_ParseTuple(args, "LL", &nnz, &K)) return NULL;
-    if (nnz < 0 || K < 0 || nnz >= INT32_MAX || K >= INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "cuda_transpose takes fewer than 2^31 - 1 entries and rows");
-        return NULL;
-    }
+    if (!PyArg_ParseTuple(args, "LL", &nnz, &K) || pattern_fits(nnz, K)) return NULL;
     int status = tsgu_cuda_transpose_bytes(nnz, K, &bytes);
     if (status != TSGU_OK) {
         call c = {.cuda = 1};
@@ -270,10 +274,7 @@ PyObject *py_cuda_transpose(PyObject *self, PyObject *args)
         return finish(&c, -1);
     int64_t K = A.batch * A.ncols;
     DLDataType w = dl(&h[5])->dtype;
-    if (A.nnz >= INT32_MAX || K >= INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "cuda_transpose takes fewer than 2^31 - 1 entries and rows");
-        return finish(&c, -1);
-    }
+    if (pattern_fits(A.nnz, K)) return finish(&c, -1);
     status = tsgu_cuda_transpose_bytes(A.nnz, K, &need);
     if (status != TSGU_OK) return finish_cuda(&c, status, "transpose_bytes");
     if (int32_array(&h[2], K + 1) || int32_array(&h[3], A.nnz) || int32_array(&h[4], A.nnz)) return finish(&c, -1);

@@ -338,7 +338,6 @@ class CudaStructure:
             trow = (rows - item * n).index_select(0, tperm)
             tptr = torch.zeros(b * m + 1, dtype=torch.int64, device=key.device)
             torch.cumsum(torch.bincount(key, minlength=b * m), 0, out=tptr[1:])
-            # int64: the pattern is kept, and read every backward
             self._transpose = (tptr, trow, tperm, CudaStructure(tptr, trow, b, m, n))
         return self._transpose
 
