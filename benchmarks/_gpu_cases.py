@@ -348,7 +348,8 @@ def reduce(b: Bench, graphs, p: int) -> None:
                                           include_self=False)
             # amax checked in float64: float32 products tie at a maximum tens of times in 10^7 outputs, and
             # scatter_reduce's gradient splits among tied entries where ours (as torch.sparse.mm's reduce)
-            # gives it to one; float64 products of float32 operands are exact, and do not tie
+            # gives it to one; float64 products of float32 operands are exact, and tie only where the
+            # real products are equal
             b.op("reduce", f"reduce {how} {gname} p={p}", "scatter_reduce", Side(lambda a, x, h=how: sparse_mm(a, x, h),
                  (csr, B), (0, 1)), Side(scatter, (A.values(), B), (0, 1)), phases, check_float64=how == "amax",
                  nnz=A._nnz(), p=p)
