@@ -52,19 +52,13 @@ __global__ void coo_fill_ptr(const int64_t *idx, int64_t ld, int sd, int64_t nnz
     }
 }
 
-static unsigned blocks_for(int64_t work)
-{
-    int64_t b = (work + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
-}
-
 extern "C" int tsgu_cuda_coo_check(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
                                    const int64_t *sizes, int *flag, void *stream)
 {
     if (nnz == 0) return TSGU_OK;
     Sizes sz = {{0, 0, 0}};
     for (int d = 0; d < sparse_dims; d++) sz.s[d] = sizes[d];
-    coo_check_entries<<<blocks_for(nnz), 256, 0, (cudaStream_t)stream>>>(idx, ld, (int)sparse_dims, nnz, sz, flag);
+    coo_check_entries<<<tsgu_blocks_for(nnz), 256, 0, (cudaStream_t)stream>>>(idx, ld, (int)sparse_dims, nnz, sz, flag);
     return tsgu_launched();
 }
 
@@ -72,6 +66,6 @@ extern "C" int tsgu_cuda_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t spa
                                      const int64_t *sizes, int64_t *ptr, void *stream)
 {
     int64_t n = sizes[sparse_dims - 2], R = (sparse_dims == 3 ? sizes[0] : 1) * n;
-    coo_fill_ptr<<<blocks_for(R + 1), 256, 0, (cudaStream_t)stream>>>(idx, ld, (int)sparse_dims, nnz, n, R, ptr);
+    coo_fill_ptr<<<tsgu_blocks_for(R + 1), 256, 0, (cudaStream_t)stream>>>(idx, ld, (int)sparse_dims, nnz, n, R, ptr);
     return tsgu_launched();
 }

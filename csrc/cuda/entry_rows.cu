@@ -26,8 +26,7 @@ template <typename I> static int rows_of(const tsgu_csr *A, void *rows, cudaStre
 {
     int64_t R = A->batch * A->nrows, nnz = A->nnz;
     if (nnz == 0) return TSGU_OK;
-    int64_t b = (nnz + 255) / 256;
-    fill_rows<I><<<(unsigned)(b > 65535 * 16 ? 65535 * 16 : b), 256, 0, stream>>>(nnz, R, (I *)rows);
+    fill_rows<I><<<tsgu_blocks_for(nnz), 256, 0, stream>>>(nnz, R, (I *)rows);
     if (R > 0)
         entry_rows<I><<<(unsigned)((R + TSGU_WARPS - 1) / TSGU_WARPS), TSGU_WARPS * 32, 0, stream>>>(
             (const I *)A->ptr, R, nnz, (I *)rows);

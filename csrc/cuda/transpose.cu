@@ -18,12 +18,6 @@
 #include <cub/device/device_radix_sort.cuh>
 #include "tsgu_cuda_dev.cuh"
 
-static unsigned blocks_for(int64_t work)
-{
-    int64_t b = (work + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
-}
-
 /* the bits a key in [0, K] needs */
 static int key_bits(int64_t K)
 {
@@ -116,7 +110,7 @@ static int transpose(const tsgu_csr *A, int32_t *tptr, int32_t *trow, int32_t *t
     size_t slot = align_up((size_t)nnz * sizeof(int32_t));
     int32_t *keys0 = (int32_t *)w, *keys1 = (int32_t *)(w + slot), *pos = (int32_t *)(w + 2 * slot);
     if (nnz > 0) {
-        transpose_fill<<<blocks_for(nnz), 256, 0, stream>>>(nnz, (int32_t)K, keys0, pos);
+        transpose_fill<<<tsgu_blocks_for(nnz), 256, 0, stream>>>(nnz, (int32_t)K, keys0, pos);
         if (R > 0)
             transpose_keys<I><<<(unsigned)((R + TSGU_WARPS - 1) / TSGU_WARPS), TSGU_WARPS * 32, 0, stream>>>(
                 ptr, col, R, A->nrows, A->ncols, nnz, keys0, pos);
@@ -130,8 +124,8 @@ static int transpose(const tsgu_csr *A, int32_t *tptr, int32_t *trow, int32_t *t
                                 stream);
             if (e != cudaSuccess) return TSGU_ECUDA + (int)e;
         }
-        transpose_ptr<<<blocks_for(K + 1), 256, 0, stream>>>(keys.Current(), nnz, K, tptr);
-        if (R > 0) transpose_rows<I><<<blocks_for(nnz), 256, 0, stream>>>(ptr, R, A->nrows, tperm, nnz, trow);
+        transpose_ptr<<<tsgu_blocks_for(K + 1), 256, 0, stream>>>(keys.Current(), nnz, K, tptr);
+        if (R > 0) transpose_rows<I><<<tsgu_blocks_for(nnz), 256, 0, stream>>>(ptr, R, A->nrows, tperm, nnz, trow);
     } else {
         cudaError_t e = cudaMemsetAsync(tptr, 0, (size_t)(K + 1) * sizeof(int32_t), stream);
         if (e != cudaSuccess) return TSGU_ECUDA + (int)e;

@@ -100,6 +100,14 @@ __device__ __forceinline__ bool piece_range(const I *ptr, int64_t R, int64_t nnz
     return true;
 }
 
+/* blocks of 256 threads for a grid-stride loop over `work` items: enough to cover
+ * them, at least 1, at most 65535 * 16 (each thread then takes several) */
+static inline unsigned tsgu_blocks_for(int64_t work)
+{
+    int64_t b = (work + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
+}
+
 /* lanes to a group (a row of spmm, an entry of sddmm): the width in packs rounded up
  * to a power of two, at most 32 */
 static inline int tsgu_lanes_for(int64_t packs)
