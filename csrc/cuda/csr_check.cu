@@ -7,17 +7,18 @@
  *   0 <= col[e] < m for every entry                  (else TSGU_ECOL_RANGE)
  *   col[e-1] < col[e] within every row               (else TSGU_ECOL_ORDER)
  *
- * One warp per row, lanes across its entries; warp R checks the last pointer.
+ * A group of L lanes per row, across its entries (L the average row length
+ * rounded up to a power of two, at most 32); group R checks the last pointer.
  * Every broken rule sets its bit in *flag; columns are read only inside a row
  * range that passed its own check. */
 #include "tsgu_cuda_dev.cuh"
 
 template <typename I>
 __global__ void csr_check_rows(const I *ptr, const I *col, int64_t R, int64_t n, int64_t m, int64_t nnz,
-                               int64_t item_nnz, int *flag)
+                               int64_t item_nnz, int L, int *flag)
 {
-    int64_t r = (int64_t)blockIdx.x * TSGU_WARPS + threadIdx.x / 32;
-    int lane = threadIdx.x & 31;
+    int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L;
+    int lane = (int)(threadIdx.x % L);
     if (r > R) return;
     int bits = 0;
     if (lane == 0) {
@@ -30,7 +31,7 @@ __global__ void csr_check_rows(const I *ptr, const I *col, int64_t R, int64_t n,
         if (a < 0 || a > b || b > nnz) {
             if (lane == 0) bits |= 1 << TSGU_EPTR_ORDER;
         } else {
-            for (int64_t e = a + lane; e < b; e += 32) {
+            for (int64_t e = a + lane; e < b; e += L) {
                 int64_t j = (int64_t)col[e];
                 if (j < 0 || j >= m) bits |= 1 << TSGU_ECOL_RANGE;
                 else if (e > a && (int64_t)col[e - 1] >= j) bits |= 1 << TSGU_ECOL_ORDER;
@@ -43,9 +44,10 @@ __global__ void csr_check_rows(const I *ptr, const I *col, int64_t R, int64_t n,
 template <typename I>
 static int check(const tsgu_csr *A, int64_t item_nnz, int *flag, cudaStream_t stream)
 {
-    int64_t R = A->batch * A->nrows, warps = R + 1, blocks = (warps + TSGU_WARPS - 1) / TSGU_WARPS;
-    csr_check_rows<I><<<(unsigned)blocks, TSGU_WARPS * 32, 0, stream>>>(
-        (const I *)A->ptr, (const I *)A->col, R, A->nrows, A->ncols, A->nnz, item_nnz, flag);
+    int64_t R = A->batch * A->nrows;
+    int L = tsgu_lanes_for(R > 0 ? (A->nnz + R - 1) / R : 1);
+    csr_check_rows<I><<<(unsigned)(((R + 1) * L + 255) / 256), 256, 0, stream>>>(
+        (const I *)A->ptr, (const I *)A->col, R, A->nrows, A->ncols, A->nnz, item_nnz, L, flag);
     return tsgu_launched();
 }
 

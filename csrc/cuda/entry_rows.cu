@@ -2,7 +2,8 @@
  *
  *   rows[e] = r   for ptr[r] <= e < ptr[r+1],  r = k*n + i
  *
- * One warp per row writes its own entries (A's index type): no atomics, and
+ * A group of L lanes per row (L the average row length rounded up to a power
+ * of two, at most 32) writes its own entries (A's index type): no atomics, and
  * no synchronisation with the host (the size is nnz, known to the caller).
  * Row ranges are clamped into [0, nnz]; an entry that no range covers (a
  * structure edited after its check) gets row R, which every kernel skips. */
@@ -14,12 +15,12 @@ template <typename I> __global__ void fill_rows(int64_t nnz, int64_t R, I *rows)
         rows[x] = (I)R;
 }
 
-template <typename I> __global__ void entry_rows(const I *ptr, int64_t R, int64_t nnz, I *rows)
+template <typename I> __global__ void entry_rows(const I *ptr, int64_t R, int64_t nnz, int L, I *rows)
 {
-    int64_t r = (int64_t)blockIdx.x * TSGU_WARPS + threadIdx.x / 32, s, e;
+    int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / L, s, e;
     if (r >= R) return;
     row_range(ptr, r, nnz, &s, &e);
-    for (int64_t x = s + (threadIdx.x & 31); x < e; x += 32) rows[x] = (I)r;
+    for (int64_t x = s + (threadIdx.x % L); x < e; x += L) rows[x] = (I)r;
 }
 
 template <typename I> static int rows_of(const tsgu_csr *A, void *rows, cudaStream_t stream)
@@ -27,9 +28,10 @@ template <typename I> static int rows_of(const tsgu_csr *A, void *rows, cudaStre
     int64_t R = A->batch * A->nrows, nnz = A->nnz;
     if (nnz == 0) return TSGU_OK;
     fill_rows<I><<<tsgu_blocks_for(nnz), 256, 0, stream>>>(nnz, R, (I *)rows);
-    if (R > 0)
-        entry_rows<I><<<(unsigned)((R + TSGU_WARPS - 1) / TSGU_WARPS), TSGU_WARPS * 32, 0, stream>>>(
-            (const I *)A->ptr, R, nnz, (I *)rows);
+    if (R > 0) {
+        int L = tsgu_lanes_for((nnz + R - 1) / R);
+        entry_rows<I><<<(unsigned)((R * L + 255) / 256), 256, 0, stream>>>((const I *)A->ptr, R, nnz, L, (I *)rows);
+    }
     return tsgu_launched();
 }
 
