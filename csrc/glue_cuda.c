@@ -28,22 +28,23 @@ static int flag_array(const held *h)
     return -1;
 }
 
-/* *P = the long-row plan o: None, or (long_row, long_rows, piece_off, piece_long,
- * work) with int64 arrays and a work array of npieces x p sums (float64 for
- * float64 values, else float32); tsgu_cuda.h says what they hold */
-static int take_plan(call *c, PyObject *o, int64_t p, int rt, tsgu_cuda_plan *P)
+/* *P = the plan o (tsgu_cuda.h) of a product of R rows and p columns: None, or
+ * (long_row, long_rows, piece_off, piece_long, work, order) with int64 arrays,
+ * a work array of npieces x p sums (float64 for float64 values, else float32)
+ * and order None or R rows */
+static int take_plan(call *c, PyObject *o, int64_t R, int64_t p, int rt, tsgu_cuda_plan *P)
 {
     memset(P, 0, sizeof *P);
     if (o == Py_None) return 0;
-    PyObject *arr[4];
+    PyObject *arr[5];
     long long long_row;
-    if (!PyArg_ParseTuple(o, "LOOOO", &long_row, &arr[0], &arr[1], &arr[2], &arr[3])) return -1;
-    const char *names[4] = {"long_rows", "piece_off", "piece_long", "work"};
-    int first = c->count;
-    if (take_all(c, arr, names, 4)) return -1;
+    if (!PyArg_ParseTuple(o, "LOOOOO", &long_row, &arr[0], &arr[1], &arr[2], &arr[3], &arr[4])) return -1;
+    const char *names[5] = {"long_rows", "piece_off", "piece_long", "work", "order"};
+    int first = c->count, ordered = arr[4] != Py_None;
+    if (take_all(c, arr, names, 4 + ordered)) return -1;
     const held *h = &c->t[first];
-    for (int i = 0; i < 3; i++)
-        if (index_type(&h[i]) != TSGU_I64 || need_contiguous(&h[i]) || dl(&h[i])->ndim != 1) {
+    for (int i = 0; i < 4 + ordered; i++)
+        if (i != 3 && (index_type(&h[i]) != TSGU_I64 || need_contiguous(&h[i]) || dl(&h[i])->ndim != 1)) {
             if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "%s must be 1D int64", h[i].name);
             return -1;
         }
@@ -52,14 +53,16 @@ static int take_plan(call *c, PyObject *o, int64_t p, int rt, tsgu_cuda_plan *P)
     P->npieces = numel(dl(&h[2]));
     DLDataType w = dl(&h[3])->dtype;
     if (long_row < 1 || numel(dl(&h[1])) != P->nlong + 1 || w.code != kDLFloat ||
-        w.bits != (rt == TSGU_F64 ? 64 : 32) || need_contiguous(&h[3]) || numel(dl(&h[3])) != P->npieces * p) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "inconsistent long-row plan");
+        w.bits != (rt == TSGU_F64 ? 64 : 32) || need_contiguous(&h[3]) || numel(dl(&h[3])) != P->npieces * p ||
+        (ordered && numel(dl(&h[4])) != R)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "inconsistent product plan");
         return -1;
     }
     P->long_rows = data_of(&h[0]);
     P->piece_off = data_of(&h[1]);
     P->piece_long = data_of(&h[2]);
     P->work = data_of(&h[3]);
+    P->order = ordered ? data_of(&h[4]) : NULL;
     return 0;
 }
 
@@ -168,7 +171,7 @@ PyObject *py_cuda_spmm(PyObject *self, PyObject *args)
         if (take(&c, operm, "perm") || index_array(&c.t[5], &A, A.nnz, names[0])) return finish(&c, -1);
         perm = data_of(&c.t[5]);
     }
-    if (take_plan(&c, oplan, C.cols, A.rtype, &P)) return finish(&c, -1);
+    if (take_plan(&c, oplan, A.batch * A.nrows, C.cols, A.rtype, &P)) return finish(&c, -1);
     status = tsgu_cuda_use_device(c.device_id);
     if (status == TSGU_OK) status = tsgu_cuda_spmm(&A, perm, &B, &C, &P, (void *)(uintptr_t)stream);
     return finish_cuda(&c, status, "spmm");

@@ -12,10 +12,11 @@
  * 32/L rows.  The group reads its row's columns and values L at a time (one
  * per lane, the next L in flight meanwhile), hands them round by shuffles,
  * and walks them in order, four packs of B in flight per lane; each lane sums
- * its own pack of columns: one order of summation.  Rows of more than
- * plan->long_row entries are left to the plan (tsgu_cuda.h): a group per
- * piece sums into the workspace, then one thread per (long row, column) adds
- * its pieces in order. */
+ * its own pack of columns: one order of summation.  Groups take the rows in
+ * the plan's order where it has one (longest first: tsgu_cuda.h).  Rows of more
+ * than plan->long_row entries are left to the plan: a group per piece sums
+ * into the workspace, then one thread per (long row, column) adds its pieces
+ * in order. */
 #include "tsgu_cuda_dev.cuh"
 
 #define UNROLL 4 /* entries in flight per lane */
@@ -28,7 +29,7 @@ template <typename T, typename I> struct SpmmArgs {
     int64_t bbs, brs, cbs, crs; /* B's and C's batch and row strides */
     int lanes;
     int64_t long_row, nlong, npieces;
-    const int64_t *long_rows, *piece_off, *piece_long;
+    const int64_t *long_rows, *piece_off, *piece_long, *order;
     typename Acc<T>::type *work;
 };
 
@@ -102,6 +103,8 @@ template <typename T, typename I, int V> __global__ void spmm_rows(SpmmArgs<T, I
     typedef typename Acc<T>::type F;
     int64_t r, cv, s, e;
     if (!group_item(a.R, a.chunks, a.lanes, &r, &cv)) return; /* the whole group: one item */
+    if (a.order) r = a.order[r];
+    if (r < 0 || r >= a.R) return; /* an order out of range (never trusted) */
     row_range(a.ptr, r, a.nnz, &s, &e);
     if (e - s > a.long_row) return; /* the plan's pieces sum it */
     int64_t k = r / a.n, i = r - k * a.n;
@@ -183,6 +186,7 @@ static int spmm(const tsgu_csr *A, const void *perm, const tsgu_dense *B, tsgu_d
     a.long_rows = plan->long_rows;
     a.piece_off = plan->piece_off;
     a.piece_long = plan->piece_long;
+    a.order = plan->order;
     a.work = (typename Acc<T>::type *)plan->work;
     if (a.p == 0) return TSGU_OK;
     int V = tsgu_pack_for_both(sizeof(T), B, C, a.p);

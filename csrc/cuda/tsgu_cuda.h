@@ -18,7 +18,12 @@
  * entries: piece q belongs to long row piece_long[q], whose global row is
  * long_rows[L] and whose pieces are piece_off[L] .. piece_off[L+1]-1 in
  * order.  Products sum each piece into a workspace row, then the pieces of a
- * row in order: the result does not depend on scheduling. */
+ * row in order: the result does not depend on scheduling.
+ *
+ * Row order.  Where row lengths are skewed, the plan also lists the rows
+ * longest first (`order`), and spmm's groups take them in that order, so that
+ * the rows a warp holds together are about as long as each other.  Each row
+ * is still summed by one group in its own order: the same bits either way. */
 #ifndef TSGU_CUDA_H
 #define TSGU_CUDA_H
 
@@ -36,6 +41,7 @@ typedef struct {
     const int64_t *long_rows; /* (nlong,) global rows */
     const int64_t *piece_off; /* (nlong + 1,) */
     const int64_t *piece_long; /* (npieces,) */
+    const int64_t *order;     /* (batch*n,) global rows, longest first; NULL: 0, 1, ... */
     void *work;               /* (npieces, p) sums, float (double for float64 values) */
 } tsgu_cuda_plan;
 

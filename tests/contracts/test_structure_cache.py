@@ -1,6 +1,7 @@
 """The CPU structure cache of COO index arrays that are not sorted and unique: reused while
 the array holds the same content, never stale after an in-place edit or a new tensor in
-old memory, bounded, and keeping no tensor alive (_core/structures.py)."""
+old memory, bounded, and keeping no tensor alive (_core/structures.py); and the CUDA
+products' plan, whose torch ops run on the CPU too."""
 import pytest
 import torch
 from support.operands import random_dense, seeded, to_sparse
@@ -137,3 +138,27 @@ def test_structure_cache_keeps_nothing_alive_and_stays_bounded(structures):
         sparse_mm(torch.sparse_coo_tensor(ix, torch.randn(50, dtype=torch.float64), (n, m)), B)
         assert len(structures) <= CPU_STRUCTURES.size
         assert all(not r.expired() for refs, _ in structures.values() for r in refs)
+
+
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+def test_product_plan(monkeypatch, itype):
+    """The CUDA products' plan of global row pointers: the rows past LONG_ROW in pieces
+    of at most LONG_ROW, and, where the lengths' standard deviation exceeds ROW_ORDER_CV
+    times their mean, every row by decreasing length (ties in row order); None where
+    neither."""
+    from torchsparsegradutils._core import structures as S
+    monkeypatch.setattr(S, "LONG_ROW", 3)
+    lengths = [2, 0, 7, 1, 0, 0, 1, 3]                       # mean 1.75, deviation 2.22; longest 7 (3 pieces)
+    ptr = torch.tensor([0] + lengths, dtype=itype).cumsum(0).to(itype)
+    plan = S._plan(ptr)
+    assert plan.long_rows.tolist() == [2] and plan.piece_off.tolist() == [0, 3]
+    assert plan.piece_long.tolist() == [0, 0, 0]
+    assert plan.order.tolist() == [2, 7, 0, 3, 6, 1, 4, 5]
+    monkeypatch.setattr(S, "ROW_ORDER_CV", 1.3)              # 2.22 > 1.3 * 1.75 fails: pieces only
+    assert S._plan(ptr).order is None and S._plan(ptr).long_rows.tolist() == [2]
+    monkeypatch.setattr(S, "LONG_ROW", 256)                  # neither
+    assert S._plan(ptr) is None
+    monkeypatch.setattr(S, "ROW_ORDER_CV", 0.0)              # ordered wherever lengths differ ...
+    assert S._plan(ptr).order.tolist() == [2, 7, 0, 3, 6, 1, 4, 5] and S._plan(ptr).long_rows.numel() == 0
+    for same in ([0, 4, 8, 12], [0], [0, 0, 0]):             # ... which equal ones and no rows never do
+        assert S._plan(torch.tensor(same, dtype=itype)) is None

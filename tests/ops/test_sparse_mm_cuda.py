@@ -78,6 +78,55 @@ def test_long_rows_and_columns(path, batched, itype, dtype):
     check_against_dense(A, B, G, D, TOL[dtype])
 
 
+def skewed_case(batched, itype, p):
+    """A power-law-like A: hub rows and columns, one row past LONG_ROW, many short rows,
+    about a third of the rows empty."""
+    gen = torch.Generator().manual_seed(11)
+    b, n, m, draws = (2 if batched else 1), 600, 500, 3000
+    w = torch.rand(n, generator=gen).pow(4) + 1e-3
+    w[torch.rand(n, generator=gen) < 0.3] = 0                           # empty rows
+    rows = torch.multinomial(w, draws, replacement=True, generator=gen)
+    cols = torch.multinomial(torch.rand(m, generator=gen).pow(4) + 1e-3, draws, replacement=True, generator=gen)
+    D = torch.zeros(b, n, m)
+    D[:, rows, cols] = torch.randn(b, draws, generator=gen)               # the same pattern in every item
+    D[:, 7, :300] = torch.randn(b, 300, generator=gen)                 # 300 > LONG_ROW entries
+    D = D if batched else D[0]
+    A = D.to_sparse_csr()
+    A = torch.sparse_csr_tensor(A.crow_indices().to(itype), A.col_indices().to(itype), A.values(), D.shape)
+    B = torch.randn(*D.shape[:-2], m, p, generator=gen)
+    G = torch.randn(*D.shape[:-2], n, p, generator=gen)
+    return on_device(A, B, G, D)
+
+
+@pytest.mark.parametrize("p", [1, 16, 64, 300])
+@pytest.mark.parametrize("itype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("batched", [False, True])
+def test_row_order_same_bits(batched, itype, p, monkeypatch):
+    """The plan's row order (rows longest first, where lengths vary) changes only
+    which group takes a row: the product and both gradients are bitwise those of the
+    natural order, and match the dense reference."""
+    if not _C.cuda:
+        pytest.skip("built without nvcc: no CUDA kernels")
+    monkeypatch.setattr(native, "cuda_enabled", True)
+    monkeypatch.setattr(_backends, "triton_enabled", False)
+    A, B, G, D = skewed_case(batched, itype, p)
+    results = {}
+    for cv in (0.0, float("inf")):
+        monkeypatch.setattr(structures, "ROW_ORDER_CV", cv)
+        Ak = torch.sparse_csr_tensor(A.crow_indices().clone(), A.col_indices().clone(), A.values(), A.shape)
+        results[cv] = (Ak, grads_of(Ak, B, G))
+        crow = A.crow_indices()
+        if batched:                                                     # the global pointers the plan is made of
+            crow = torch.cat([(crow[:, :-1] + crow[:, -1:] * torch.arange(2, device=DEV)[:, None]).reshape(-1),
+                              2 * crow[0, -1:]])
+        plan = structures._plan(crow)
+        assert plan is not None and plan.long_rows.numel() == (2 if batched else 1)
+        assert (plan.order is not None) == (cv == 0.0)
+    ordered, natural = results[0.0][1], results[float("inf")][1]
+    assert all(torch.equal(x, y) for x, y in zip(ordered, natural))
+    check_against_dense(results[0.0][0], B, G, D, TOL[torch.float32])
+
+
 @pytest.mark.parametrize("layout", ["coo", "coo_uncoalesced", "csr"])
 def test_same_bits_across_runs(path, layout):
     """Forward, grad_A and grad_B are bitwise equal over repeated runs (no atomics),
