@@ -731,6 +731,35 @@ def test_malformed_structure_raises_its_first_bad_rows_status(batched, p):
                 call()
 
 
+def test_transposed_product_on_two_threads_raises_the_first_bad_rows_status():
+    """spmm_t (A^T G) on two threads, each owning a range of A's columns: one or two corrupted
+    columns raise the status of the first bad row, as a row-by-row check would, and a
+    well-formed A gives the same bits as on one thread."""
+    g = torch.Generator().manual_seed(5)
+    msgs = tsgu._C.status_messages()
+    n, m, p = 1500, 1400, 16                                    # about 42k entries: two threads' work
+    D = torch.rand(n, m, generator=g) < 0.02
+    S = D.float().to_sparse_csr()
+    ptr, col0, vals, G = S.crow_indices(), S.col_indices(), S.values(), torch.randn(n, p, generator=g)
+
+    def call(col, threads):
+        out = torch.empty(m, p)
+        tsgu._C.spmm_t(ptr, col, vals, 1, n, m, G, out, threads)
+        return out
+    torch.testing.assert_close(call(col0, 2), D.float().T @ G, rtol=0, atol=1e-5)
+    assert torch.equal(call(col0, 2), call(col0, 1))
+    for trial in range(40):
+        col = col0.clone()
+        for _ in range(1 + trial % 2):
+            col[torch.randint(col.numel(), (1,), generator=g)] = torch.randint(-2, m + 2, (1,), generator=g)
+        want = _first_bad_row_status(ptr, col, n, m, False)
+        if want is None:
+            call(col, 2)
+        else:
+            with pytest.raises(ValueError, match=f"^{re.escape(msgs[want])}$"):
+                call(col, 2)
+
+
 @pytest.mark.skipif(SANITIZED, reason="RLIMIT_AS cannot be combined with ASan's shadow memory")
 def test_hypersparse_coo_in_bounded_memory():
     """2**31 + 5 rows, 2 entries: O(nnz) memory or a clear ValueError before allocating,
