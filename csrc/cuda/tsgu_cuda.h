@@ -20,7 +20,7 @@
  * order.  Products sum each piece into a workspace row, then the pieces of a
  * row in order: the result does not depend on scheduling.
  *
- * Row order.  Where row lengths are skewed, the plan also lists the rows
+ * Row order.  Where row lengths vary widely, the plan also lists the rows
  * longest first (`order`), and spmm's groups take them in that order, so that
  * the rows a warp holds together are about as long as each other.  Each row
  * is still summed by one group in its own order: the same bits either way. */
