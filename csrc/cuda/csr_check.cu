@@ -46,7 +46,7 @@ static int check(const tsgu_csr *A, int64_t item_nnz, int *flag, cudaStream_t st
 {
     int64_t R = A->batch * A->nrows;
     int L = tsgu_lanes_for(R > 0 ? (A->nnz + R - 1) / R : 1);
-    csr_check_rows<I><<<(unsigned)(((R + 1) * L + 255) / 256), 256, 0, stream>>>(
+    csr_check_rows<I><<<tsgu_group_blocks(R + 1, L), TSGU_WARPS * 32, 0, stream>>>(
         (const I *)A->ptr, (const I *)A->col, R, A->nrows, A->ncols, A->nnz, item_nnz, L, flag);
     return tsgu_launched();
 }

@@ -30,7 +30,8 @@ template <typename I> static int rows_of(const tsgu_csr *A, void *rows, cudaStre
     fill_rows<I><<<tsgu_blocks_for(nnz), 256, 0, stream>>>(nnz, R, (I *)rows);
     if (R > 0) {
         int L = tsgu_lanes_for((nnz + R - 1) / R);
-        entry_rows<I><<<(unsigned)((R * L + 255) / 256), 256, 0, stream>>>((const I *)A->ptr, R, nnz, L, (I *)rows);
+        entry_rows<I><<<tsgu_group_blocks(R, L), TSGU_WARPS * 32, 0, stream>>>((const I *)A->ptr, R, nnz, L,
+                                                                             (I *)rows);
     }
     return tsgu_launched();
 }

@@ -141,19 +141,14 @@ template <typename T, typename I> __global__ void spmm_long_rows(SpmmArgs<T, I> 
     }
 }
 
-/* blocks of TSGU_WARPS warps for `items` work items of a group of `lanes` each */
-static unsigned group_blocks(int64_t items, int lanes)
-{
-    int64_t per_block = TSGU_WARPS * 32 / lanes;
-    return (unsigned)((items + per_block - 1) / per_block);
-}
-
 template <typename T, typename I, int V>
 static int launch(const SpmmArgs<T, I> &a, const tsgu_cuda_plan *plan, cudaStream_t stream)
 {
-    if (a.R * a.chunks > 0) spmm_rows<T, I, V><<<group_blocks(a.R * a.chunks, a.lanes), TSGU_WARPS * 32, 0, stream>>>(a);
+    if (a.R * a.chunks > 0)
+        spmm_rows<T, I, V><<<tsgu_group_blocks(a.R * a.chunks, a.lanes), TSGU_WARPS * 32, 0, stream>>>(a);
     if (plan->npieces > 0) {
-        spmm_pieces<T, I, V><<<group_blocks(plan->npieces * a.chunks, a.lanes), TSGU_WARPS * 32, 0, stream>>>(a);
+        spmm_pieces<T, I, V><<<tsgu_group_blocks(plan->npieces * a.chunks, a.lanes), TSGU_WARPS * 32, 0,
+                               stream>>>(a);
         int64_t blocks = (plan->nlong * a.p + 255) / 256;
         spmm_long_rows<T, I><<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, stream>>>(a);
     }

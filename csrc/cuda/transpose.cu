@@ -109,8 +109,9 @@ static int transpose(const tsgu_csr *A, int32_t *tptr, int32_t *trow, int32_t *t
         transpose_fill<<<tsgu_blocks_for(nnz), 256, 0, stream>>>(nnz, (int32_t)K, keys0, pos, lrow);
         if (R > 0) {
             int L = tsgu_lanes_for((nnz + R - 1) / R);
-            transpose_keys<I><<<(unsigned)((R * L + 255) / 256), 256, 0, stream>>>(ptr, col, R, A->nrows, A->ncols,
-                                                                                  nnz, L, keys0, pos, lrow);
+            transpose_keys<I><<<tsgu_group_blocks(R, L), TSGU_WARPS * 32, 0, stream>>>(ptr, col, R, A->nrows,
+                                                                                      A->ncols, nnz, L, keys0, pos,
+                                                                                      lrow);
         }
         cub::DoubleBuffer<int32_t> keys(keys0, keys1), vals(pos, tperm);
         size_t sort = need - 4 * slot;

@@ -108,6 +108,14 @@ static inline unsigned tsgu_blocks_for(int64_t work)
     return (unsigned)(b < 1 ? 1 : b > 65535 * 16 ? 65535 * 16 : b);
 }
 
+/* blocks of TSGU_WARPS warps for `items` work items of a group of `lanes` (a power of
+ * two, at most 32) each */
+static inline unsigned tsgu_group_blocks(int64_t items, int lanes)
+{
+    int64_t per_block = TSGU_WARPS * 32 / lanes;
+    return (unsigned)((items + per_block - 1) / per_block);
+}
+
 /* lanes to a group (a row of spmm, an entry of sddmm): the width in packs rounded up
  * to a power of two, at most 32 */
 static inline int tsgu_lanes_for(int64_t packs)
