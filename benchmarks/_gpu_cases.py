@@ -341,17 +341,18 @@ def reduce(b: Bench, graphs, p: int) -> None:
     for gname, A, phases in graphs:
         csr, idx, n = A.to_sparse_csr(), A.indices(), A.shape[0]
         B = torch.randn(A.shape[1], p, device=b.dev)
+        rows = idx[0][:, None].expand(-1, p)
         for how in ("mean", "amax"):
             def scatter(vals, Bx, how=how):
                 prod = vals[:, None] * Bx[idx[1]]
                 if how == "mean":
                     out = torch.zeros(n, p, device=b.dev, dtype=vals.dtype)
-                    return out.scatter_reduce(0, idx[0][:, None].expand(-1, p), prod, how, include_self=False)
+                    return out.scatter_reduce(0, rows, prod, how, include_self=False)
                 # amax from -inf, the empty rows' -inf then 0: with include_self=False scatter_reduce's
                 # gradient still counts the untouched start value among the ties, so a maximum of exactly
                 # 0 (an exactly-0 value of A: torch.rand draws one in 2^24) gave half its gradient to it
                 out = torch.full((n, p), -math.inf, device=b.dev, dtype=vals.dtype)
-                out = out.scatter_reduce(0, idx[0][:, None].expand(-1, p), prod, how, include_self=True)
+                out = out.scatter_reduce(0, rows, prod, how, include_self=True)
                 return torch.where(out == -math.inf, 0.0, out)
             # amax checked in float64: float32 products tie at a maximum tens of times in 10^7 outputs, and
             # scatter_reduce's gradient splits among tied entries where ours (as torch.sparse.mm's reduce)
