@@ -177,7 +177,7 @@ PyObject *thunk(const entry *e, PyObject *args);
 
 /* the method tables of the families */
 extern PyMethodDef glue_mm[], glue_reduce[], glue_spgemm[], glue_solve[], glue_grouped[], glue_lse[],
-    glue_softmax[], glue_gat[], glue_blocks[];
+    glue_softmax[], glue_gat[], glue_blocks[], glue_order[];
 #ifdef TSGU_CUDA
 /* glue_cuda.c: the CUDA kernels (csrc/cuda/) */
 PyObject *py_cuda_csr_check(PyObject *self, PyObject *args);

@@ -388,7 +388,7 @@ PyMODINIT_FUNC PyInit__C(void)
     /* the least an output takes to go on a kept block (_backends.cpu.kept_empty) */
     if (m && PyModule_AddIntConstant(m, "kept_min_bytes", (long)TSGU_KEPT_MIN_BYTES)) Py_CLEAR(m);
     PyMethodDef *const families[] = {glue_mm, glue_reduce, glue_spgemm, glue_solve, glue_grouped, glue_lse,
-                                     glue_softmax, glue_gat, glue_blocks};
+                                     glue_softmax, glue_gat, glue_blocks, glue_order};
     for (size_t i = 0; m && i < sizeof families / sizeof families[0]; i++)
         if (PyModule_AddFunctions(m, families[i])) Py_CLEAR(m);
     return m;

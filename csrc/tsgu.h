@@ -116,6 +116,8 @@ size_t tsgu_spgemm_release(void);
 int tsgu_spgemm_grad(const tsgu_csr *A, const tsgu_csr *B, const tsgu_csr *G, const tsgu_dense *Gd, void *gA,
                      void *gB, int nthreads);
 int tsgu_trisolve(const tsgu_csr *A, tsgu_dense *X, int upper, int unit, int trans, int nthreads);
+/* the reverse Cuthill-McKee ordering (rcm.c) of one square pattern A: perm (n) int64 */
+int tsgu_rcm(const tsgu_csr *A, int symmetric, int64_t *perm);
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,
                      const int64_t *sizes, int64_t *ptr, int nthreads, int *coalesced, int64_t *bad);
 

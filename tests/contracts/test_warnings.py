@@ -48,6 +48,11 @@ OURS = {
         rand_sparse((4, 4), 5, layout=torch.sparse_csr)
         sparse_block_diag(C, C), stack_csr([C, C])
         """,
+    "reordering": """
+        from torchsparsegradutils.utils import reverse_cuthill_mckee, sparse_permute
+        A = sparse_coo_tensor(torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.rand(3, requires_grad=True), (3, 3))
+        sparse_mm(sparse_permute(A, reverse_cuthill_mckee(A)), torch.ones(3, 1)).sum().backward()
+        """,
 }
 
 

@@ -456,8 +456,9 @@ def test_reorder_puts_isolated_rows_last():
     from torchsparsegradutils.distributed import reorder
 
     A = torch.tensor([[0.0, 0, 0, 0], [0, 1, 2, 0], [0, 3, 0, 0], [0, 0, 0, 0]]).to_sparse_csr()
-    _, perm = reorder(A)
-    assert perm[2:].tolist() == [0, 3] and sorted(perm[:2].tolist()) == [1, 2]
+    for method in ("rcm", "bfs"):
+        _, perm = reorder(A, method)
+        assert sorted(perm[2:].tolist()) == [0, 3] and sorted(perm[:2].tolist()) == [1, 2]
 
 
 def test_partition_errors():

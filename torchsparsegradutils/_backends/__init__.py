@@ -325,6 +325,14 @@ def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> 
     return _backend(False, off, a, G).grouped_mm_tn(off, perm, a, G)
 
 
+# ------------------------------------------- orderings (utils.reverse_cuthill_mckee)
+def rcm(ptr: torch.Tensor, col: torch.Tensor, n: int, symmetric: bool) -> torch.Tensor:
+    """The reverse Cuthill-McKee ordering (n,) int64 of the n x n pattern (ptr, col), on
+    its device: computed by the C kernel on the CPU whatever the device (a breadth-first
+    search, sequential)."""
+    return cpu.rcm(ptr.cpu(), col.cpu(), n, symmetric).to(ptr.device)
+
+
 # ------------------------------------------------- log-sum-exp (sparse_logsumexp)
 # The matrix reduced is the view's items, or with `transposed` their transposes
 # (a CSC tensor is read as the CSR view of its transpose); "rows" and "cols" are

@@ -284,6 +284,14 @@ def grouped_mm_tn(off: torch.Tensor, perm, a: torch.Tensor, G: torch.Tensor) -> 
     return out
 
 
+# ------------------------------------------- orderings (utils.reverse_cuthill_mckee)
+def rcm(ptr: torch.Tensor, col: torch.Tensor, n: int, symmetric: bool) -> torch.Tensor:
+    """As _backends.rcm, for CPU arrays (checked by the kernel first)."""
+    perm = torch.empty(n, dtype=torch.int64)
+    _C.rcm(plain(ptr).contiguous(), plain(col).contiguous(), n, symmetric, perm)
+    return perm
+
+
 # ------------------------------------------------- log-sum-exp (sparse_logsumexp)
 def lse_groups(view: CSRView, include_zeros: bool, out: torch.Tensor, by_rows: bool) -> None:
     """out[k, g] = lse of row (by_rows) or column g of item k (csrc/lse_rows.c,

@@ -3,7 +3,7 @@
 PyTorch warns, once a process, on the first sparse tensor whose constructor is not
 told whether to check its invariants ("Sparse invariant checks are implicitly
 disabled"), and on the first CSR tensor made at all ("Sparse CSR tensor support is in
-beta state").  A user who never called those constructors should not see either from
+beta state", or CSC).  A user who never called those constructors should not see either from
 ours.  The components given here are checked already or built by index arithmetic, so
 the checks are declined explicitly (``check=False``): nothing warns, and a user's own
 first unchecked construction still does.  The public constructors pass the user's
@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-_CSR_BETA = "Sparse CSR tensor support is in beta state"
+_CSR_BETA = "Sparse (CSR|CSC) tensor support is in beta state"   # one warning, named by the layout
 _csr_warning_due = True                    # no CSR tensor built here yet
 
 
@@ -34,15 +34,24 @@ def csr_tensor(crow_indices, col_indices, values, size=None, check=False):
     checked only if ``check``."""
     args = (crow_indices, col_indices, values) if size is None else (crow_indices, col_indices, values, size)
     if _csr_warning_due:
-        return _first_csr(args, check)
+        return _first_compressed(torch.sparse_csr_tensor, args, check)
     return torch.sparse_csr_tensor(*args, check_invariants=check)
 
 
-def _first_csr(args, check):
+def csc_tensor(ccol_indices, row_indices, values, size, check=False):
+    """torch.sparse_csc_tensor(ccol_indices, row_indices, values, size), its invariants
+    checked only if ``check`` (the first compressed tensor, CSR or CSC, warns alike)."""
+    args = (ccol_indices, row_indices, values, size)
+    if _csr_warning_due:
+        return _first_compressed(torch.sparse_csc_tensor, args, check)
+    return torch.sparse_csc_tensor(*args, check_invariants=check)
+
+
+def _first_compressed(constructor, args, check):
     global _csr_warning_due
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", _CSR_BETA, UserWarning)
-        A = torch.sparse_csr_tensor(*args, check_invariants=check)
+        A = constructor(*args, check_invariants=check)
     _csr_warning_due = False
     return A
 

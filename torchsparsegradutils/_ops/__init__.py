@@ -9,6 +9,7 @@
     grouped.py   tsgu::group_rows, grouped_mm, grouped_mm_tn  gather_mm, segment_mm
     gat.py       tsgu::gat, gat_grad                graph attention on a pattern
     gatv2.py     tsgu::gatv2, gatv2_grad            GATv2 attention (scores from both rows) on a pattern
+    order.py     tsgu::rcm                          the reverse Cuthill-McKee ordering of a pattern
     aggr.py      tsgu::max_aggregation, _backward, _backward2  the graph layers' max (PyG's gradient)
                  tsgu::edge_structure_padded        an edge_index's adjacency (repeats counted)
 
@@ -38,10 +39,11 @@ from .gat import gat
 from .gatv2 import gatv2
 from .grouped import group_rows, grouped_mm, grouped_mm_tn
 from .lse import lse
+from .order import rcm
 from .products import sddmm, spmm, spmm_t
 from .softmax import softmax
 from .spgemm import spgemm
 from .trisolve import trisolve, trisolve_backward
 
-__all__ = ["aggr", "gat", "gatv2", "group_rows", "grouped_mm", "grouped_mm_tn", "lse", "sddmm", "sddmm_arg", "softmax",
+__all__ = ["aggr", "gat", "gatv2", "group_rows", "grouped_mm", "grouped_mm_tn", "lse", "rcm", "sddmm", "sddmm_arg", "softmax",
            "spgemm", "spmm", "spmm_arg", "spmm_t", "spmm_t_arg", "trisolve", "trisolve_backward"]

@@ -10,8 +10,8 @@ import torch
 
 from .._core.intake import as_csr
 from .._core.structures import coo_structure
-from .._core.torch_sparse import csr_tensor
 from .._core.view import entry_rows
+from ..utils.reordering import reverse_cuthill_mckee, sparse_permute
 
 
 def partition_rows(A, parts: int) -> torch.Tensor:
@@ -63,27 +63,31 @@ def partition_report(A, bounds: torch.Tensor) -> List[dict]:
 def reorder(A, method: str = "rcm"):
     """(P A P^T, perm): A's rows and columns renumbered so that contiguous row ranges
     reference fewer remote rows; row i of the result is row perm[i] of A (reorder B's
-    rows by B[perm]).  ``"rcm"``: reverse Cuthill-McKee (breadth-first from a least
-    connected node, each level by parent then degree, reversed); ``"bfs"``: plain
-    breadth-first order.  Ordered on the symmetric pattern of A + A^T; rows without
-    entries go last.  Compare the halos before and after with partition_report."""
+    rows by B[perm]), a CSR tensor of A's values, detached.  ``"rcm"``: reverse
+    Cuthill-McKee (:func:`~torchsparsegradutils.utils.reverse_cuthill_mckee`);
+    ``"bfs"``: plain breadth-first order, each component from its least connected node.
+    Both order the graph of A + A^T; rows without an entry off the diagonal (in their
+    row or column) go last.  Compare the halos before and after with partition_report."""
     if method not in ("rcm", "bfs"):
         raise ValueError(f"unknown reordering {method!r}; expected 'rcm' or 'bfs'")
     crow, col = _pattern(A)
     n = crow.numel() - 1
-    rows = entry_rows(crow)
-    sym = coo_structure(torch.stack([torch.cat([rows, col]), torch.cat([col, rows])]), (n, n))
-    perm = _breadth_first(sym.ptr, sym.indices[1], method == "rcm")
-    inverse = torch.empty_like(perm)
-    inverse[perm] = torch.arange(n)
-    moved = coo_structure(torch.stack([inverse[rows], inverse[col]]), (n, n))
-    return csr_tensor(moved.ptr, moved.indices[1], moved.values_of(as_csr(A).values.detach()), (n, n)), perm
+    if method == "rcm":
+        perm = reverse_cuthill_mckee(A)
+    else:
+        rows = entry_rows(crow)
+        off = rows != col
+        rows, col = rows[off], col[off]
+        sym = coo_structure(torch.stack([torch.cat([rows, col]), torch.cat([col, rows])]), (n, n))
+        perm = _breadth_first(sym.ptr, sym.indices[1])
+    Ap = sparse_permute(A.detach(), perm)
+    return (Ap if Ap.layout == torch.sparse_csr else Ap.to_sparse_csr()), perm
 
 
-def _breadth_first(crow: torch.Tensor, col: torch.Tensor, cuthill_mckee: bool) -> torch.Tensor:
-    """The nodes of a symmetric pattern in breadth-first order, one level at a time,
-    each component from its least connected unvisited node; with cuthill_mckee each
-    level is ordered by parent, then degree, and the whole order reversed."""
+def _breadth_first(crow: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+    """The nodes of a symmetric pattern in breadth-first order, one level at a time, each
+    level in the order of the parents that find its nodes, each component from its least
+    connected unvisited node; the nodes without neighbours last."""
     n = crow.numel() - 1
     deg = crow.diff()
     visited = torch.zeros(n, dtype=torch.bool)
@@ -101,17 +105,15 @@ def _breadth_first(crow: torch.Tensor, col: torch.Tensor, cuthill_mckee: bool) -
         visited[frontier] = True
         while frontier.numel():
             levels.append(frontier)
-            frontier = _next_level(crow, col, deg, visited, frontier, cuthill_mckee)
+            frontier = _next_level(crow, col, deg, visited, frontier)
             visited[frontier] = True
     order = torch.cat(levels) if levels else torch.empty(0, dtype=torch.int64)
-    if cuthill_mckee:
-        order = order.flip(0)
     return torch.cat([order, isolated])
 
 
-def _next_level(crow, col, deg, visited, frontier, cuthill_mckee: bool) -> torch.Tensor:
+def _next_level(crow, col, deg, visited, frontier) -> torch.Tensor:
     """The unvisited neighbours of the frontier, in the order of the parent that finds
-    them first (then by degree with cuthill_mckee)."""
+    them first."""
     starts, counts = crow[frontier], deg[frontier]
     parent = torch.repeat_interleave(torch.arange(frontier.numel()), counts)
     first = torch.cumsum(counts, 0) - counts
@@ -121,9 +123,6 @@ def _next_level(crow, col, deg, visited, frontier, cuthill_mckee: bool) -> torch
     nbr, at = torch.sort(nbr, stable=True)                   # parents increase within a node's run
     nodes, runs = torch.unique_consecutive(nbr, return_counts=True)
     parent = parent[at][torch.cumsum(runs, 0) - runs]        # each node's first parent
-    if cuthill_mckee:
-        by = torch.argsort(deg[nodes], stable=True)
-        nodes, parent = nodes[by], parent[by]
     return nodes[torch.argsort(parent, stable=True)]
 
 

@@ -16,6 +16,7 @@ from .random_sparse import (
     rand_sparse,
     rand_sparse_tri,
 )
+from .reordering import reverse_cuthill_mckee, sparse_permute
 from .utils import (
     convert_coo_to_csr,
     convert_coo_to_csr_indices_values,
@@ -41,6 +42,8 @@ __all__ = [
     "sparse_block_diag_split",
     "stack_csr",
     "sparse_eye",
+    "reverse_cuthill_mckee",
+    "sparse_permute",
     "rand_sparse",
     "rand_sparse_tri",
     "make_spd_sparse",
