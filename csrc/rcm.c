@@ -2,15 +2,16 @@
  *     G = pattern(A + A^T) without the diagonal     (symmetric: pattern(A) without it, A
  *                                                     taken to be symmetric)
  * The components of G are numbered one after another, each from its node of least
- * (degree, id), in that order, so nodes without neighbours come first.  A component is
- * numbered by a breadth-first search from a pseudo-peripheral node r (George and Liu):
- * starting from that node, r becomes a node of least (degree, id) in the last level of
- * the search from r, as long as that search goes deeper, at most TSGU_RCM_ROOT_TRIES
- * times.  The search from r numbers each node's unnumbered neighbours in increasing
- * (degree, id).  Reversed, that numbering is the ordering: perm[k] = the node placed
- * k-th, so A[perm][:, perm] holds its entries near the diagonal wherever the graph
- * allows it.  Deterministic; O(nnz log(max degree)) time, O(n + nnz) memory; A is
- * checked first (tsgu_csr_check); every error path frees what was allocated. */
+ * (degree, id), in that order: nodes without neighbours first (last, once reversed).
+ * A component is numbered by a breadth-first search from a pseudo-peripheral node r
+ * (George and Liu): starting from that node, r becomes a node of least (degree, id) in
+ * the last level of the search from r, as long as that search goes deeper, at most
+ * TSGU_RCM_ROOT_TRIES times.  The search from r numbers each node's unnumbered
+ * neighbours in increasing (degree, id).  Reversed, that numbering is the ordering:
+ * perm[k] = the node placed k-th, so A[perm][:, perm] holds its entries near the
+ * diagonal wherever the graph allows it.  Deterministic; O(nnz log(max degree)) time,
+ * O(n + nnz) memory; A is checked first (tsgu_csr_check); every error path frees what
+ * was allocated. */
 #include <stdlib.h>
 #include "tsgu.h"
 #include "tsgu_prefetch.h"

@@ -31,7 +31,6 @@ def _check_matrix(A, name: str) -> None:
                          f" with {A.dense_dim()} dense dimensions")
 
 
-@eager_only      # torch sparse tensors: a graph break under torch.compile
 def _checked_pattern(A: Tensor):
     """(ptr, col): A's CSR arrays (a CSC A's: those of A^T, the same graph), its indices
     checked first, in C on CPU (ValueError)."""
@@ -42,6 +41,7 @@ def _checked_pattern(A: Tensor):
     return view.ptr, view.col
 
 
+@eager_only      # torch sparse tensors: a graph break under torch.compile
 def reverse_cuthill_mckee(A: Tensor, symmetric_mode: bool = False) -> Tensor:
     r"""The reverse Cuthill-McKee ordering of a square sparse matrix's graph, as
     :func:`scipy.sparse.csgraph.reverse_cuthill_mckee` computes one.
@@ -127,8 +127,8 @@ def sparse_permute(A: Tensor, perm: Tensor, col_perm: Optional[Tensor] = None) -
         integer tensor.
     ValueError
         ``A`` is not 2D or has dense dimensions, a permutation has the wrong length or
-        is not one (an index out of range or repeated), or ``col_perm`` is left out of
-        a non-square ``A``.
+        is not one (an index out of range or repeated), ``col_perm`` is left out of a
+        non-square ``A``, or ``A``'s indices are malformed.
 
     Examples
     --------
