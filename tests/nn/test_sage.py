@@ -7,6 +7,7 @@ import torch
 
 from support.checks import assert_compiles_like_eager, assert_layer_matches
 from support.operands import seeded
+from support.pyg import pyg_sage_conv
 from support.references import SAGE_AGGRS
 
 from torchsparsegradutils import SparseCSR
@@ -76,11 +77,10 @@ def test_sage_conv_node_without_neighbours(aggr):
 def test_sage_conv_matches_pyg(aggr):
     """The same weights in PyG's SAGEConv (its state_dict loaded as it is): the same output
     and gradients, with a repeated edge, a self loop and nodes without neighbours."""
-    gnn = pytest.importorskip("torch_geometric.nn")
     for normalize in (False, True):
         for i, o in ((5, 3), (3, 5)):
             torch.manual_seed(0)
-            theirs = gnn.SAGEConv(i, o, aggr=aggr, normalize=normalize).double()
+            theirs = pyg_sage_conv(i, o, aggr=aggr, normalize=normalize)
             ours = SAGEConv(i, o, aggr=aggr, normalize=normalize).double()
             ours.load_state_dict(theirs.state_dict())
             x = torch.randn(6, i, dtype=torch.float64, requires_grad=True)
@@ -91,9 +91,8 @@ def _sage_max_grads_like_pyg(x, edge_index):
     """x.grad of ours and of PyG's SAGEConv(aggr="max") with the same weights (root weight
     off, so that x's gradient is the aggregation's alone) for one random G, and ours on
     x.to_sparse() (its gradient PyG's at x's nonzeros, the pattern it is kept on)."""
-    gnn = pytest.importorskip("torch_geometric.nn")
     torch.manual_seed(0)
-    theirs = gnn.SAGEConv(x.shape[1], 3, aggr="max", root_weight=False).double()
+    theirs = pyg_sage_conv(x.shape[1], 3, aggr="max", root_weight=False)
     ours = SAGEConv(x.shape[1], 3, aggr="max", root_weight=False).double()
     ours.load_state_dict(theirs.state_dict())
     G = torch.randn(x.shape[0], 3, dtype=torch.float64)
@@ -156,14 +155,13 @@ def test_sage_max_second_derivatives_match_pyg(ties):
     create_graph, then differentiated again with respect to x and the weights) equals
     PyG's, on random features (no ties) and on small integers (ties everywhere, zeros
     among them); the weights' part makes it nonzero."""
-    gnn = pytest.importorskip("torch_geometric.nn")
     gen = seeded("sage max second derivatives", ties)
     x = (torch.randint(-2, 3, (12, 4), generator=gen).to(torch.float64) if ties
          else torch.randn(12, 4, generator=gen, dtype=torch.float64))
     edge_index = torch.randint(0, 12, (2, 40), generator=gen)
     G, V = torch.randn(12, 3, generator=gen, dtype=torch.float64), torch.randn(12, 4, generator=gen, dtype=torch.float64)
     torch.manual_seed(0)
-    theirs = gnn.SAGEConv(4, 3, aggr="max").double()
+    theirs = pyg_sage_conv(4, 3, aggr="max")
     ours = SAGEConv(4, 3, aggr="max").double()
     ours.load_state_dict(theirs.state_dict())
     results = []
@@ -198,10 +196,9 @@ def test_max_aggregation_custom_op_passes_opcheck():
 
 @pytest.mark.parametrize("aggr", SAGE_AGGRS)
 def test_sage_conv_bipartite_matches_pyg(aggr):
-    gnn = pytest.importorskip("torch_geometric.nn")
     torch.manual_seed(0)
     ei = torch.tensor([[0, 4, 2, 2, 1], [1, 0, 2, 1, 1]])       # 5 sources -> 3 targets
-    theirs = gnn.SAGEConv((4, 3), 2, aggr=aggr).double()
+    theirs = pyg_sage_conv((4, 3), 2, aggr=aggr)
     ours = SAGEConv((4, 3), 2, aggr=aggr).double()
     ours.load_state_dict(theirs.state_dict())
     xs, xt = torch.randn(5, 4, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64)
@@ -356,8 +353,7 @@ ALL_AGGRS = ["mean", "sum", "add", "max", "min", ["mean", "max", "sum", "min"]]
 
 def _pyg_pair(*args, **kwargs):
     """PyG's SAGEConv(*args, **kwargs) in float64 and ours with its state_dict loaded (strict)."""
-    gnn = pytest.importorskip("torch_geometric.nn")
-    theirs = gnn.SAGEConv(*args, **kwargs).double()
+    theirs = pyg_sage_conv(*args, **kwargs)
     ours = SAGEConv(*args, **kwargs).double()
     ours.load_state_dict(theirs.state_dict())
     assert str(ours) == str(theirs)
@@ -461,11 +457,10 @@ def test_sage_conv_multi_aggr_combine_modes_match_pyg(mode):
 def test_sage_conv_state_dict_moves_both_ways():
     """Every parameter PyG's layer has (project's lin, proj's aggr_module.lin, lin_l,
     lin_r) loads strictly into ours and back, and both then agree."""
-    gnn = pytest.importorskip("torch_geometric.nn")
     kwargs = dict(aggr=["sum", "max"], project=True,
                   aggr_kwargs=dict(mode="proj", mode_kwargs=dict(in_channels=4, out_channels=5)))
     torch.manual_seed(0)
-    theirs, ours = gnn.SAGEConv(4, 3, **kwargs).double(), SAGEConv(4, 3, **kwargs).double()
+    theirs, ours = pyg_sage_conv(4, 3, **kwargs), SAGEConv(4, 3, **kwargs).double()
     assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
     x = torch.randn(6, 4, dtype=torch.float64)
     ours.load_state_dict(theirs.state_dict())
@@ -481,13 +476,12 @@ def test_sage_conv_state_dict_moves_both_ways():
 def test_sage_conv_lazy_in_channels(aggr):
     """in_channels -1 (and -1 in a pair): lin_l and lin_r take their widths (the
     concatenation's for a list aggr) on the first forward; PyG's state_dict then loads."""
-    gnn = pytest.importorskip("torch_geometric.nn")
     gen = seeded("sage lazy", str(aggr))
     x = torch.randn(6, 4, dtype=torch.float64, generator=gen)
     ours = SAGEConv(-1, 3, aggr=aggr).double()
     assert str(ours) == f"SAGEConv(-1, 3, aggr={aggr})"
     assert ours(x, SAGE_EDGES).shape == (6, 3)
-    theirs = gnn.SAGEConv(4, 3, aggr=aggr).double()
+    theirs = pyg_sage_conv(4, 3, aggr=aggr)
     ours.load_state_dict(theirs.state_dict())
     torch.testing.assert_close(ours(x, SAGE_EDGES), theirs(x, SAGE_EDGES))
     bip = SAGEConv((4, -1), 3, aggr=aggr).double()

@@ -10,6 +10,7 @@ import torch
 
 from support.checks import assert_compiles_like_eager
 from support.operands import seeded
+from support.pyg import pyg_sage_conv
 
 from torchsparsegradutils import graph_attention
 from torchsparsegradutils.nn import SAGEConv, sage_adjacency
@@ -31,9 +32,8 @@ IDS = [f"{a}-{'-'.join(f'{k}={v}' for k, v in kw.items())}" for a, kw, _ in CASE
 
 def _pair(*args, **kwargs):
     """PyG's SAGEConv(*args, **kwargs) in float64, and ours with its state_dict loaded strictly."""
-    gnn = pytest.importorskip("torch_geometric.nn")
     torch.manual_seed(0)
-    theirs = gnn.SAGEConv(*args, **kwargs).double()
+    theirs = pyg_sage_conv(*args, **kwargs)
     ours = SAGEConv(*args, **copy.deepcopy(kwargs)).double()       # its own copy of a module aggr
     assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
     ours.load_state_dict(theirs.state_dict())

@@ -10,6 +10,7 @@ fixtures), one module per job:
 - children: running code in a child process (run_child, child_outcomes)
 - routes: one call or layer on the C route and the Triton route (both_routes,
   layer_on_both_routes)
+- pyg: PyTorch Geometric's layers as the tests build them (pyg_sage_conv)
 - checks: shared assertions and the thread-count switch
 - mm, lse, grouped, spgemm: one op family's cases and checks, shared by its test files
 - gat: the graphs of the GAT and GATv2 tests and a layer's comparison with PyG's

@@ -84,7 +84,7 @@ def _bandwidth(A, perm):
 
 
 def _grid(k, seed):
-    """A k x k 5-point grid with its nodes numbered at random: (A COO, the numbering)."""
+    """A k x k 5-point grid (COO, with its diagonal) whose nodes are numbered at random."""
     ij = torch.arange(k * k).reshape(k, k)
     e = torch.cat([torch.stack([ij[:, :-1].reshape(-1), ij[:, 1:].reshape(-1)], 1),
                    torch.stack([ij[:-1].reshape(-1), ij[1:].reshape(-1)], 1)])
