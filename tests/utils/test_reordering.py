@@ -206,14 +206,16 @@ def test_rcm_malformed_structure(bad):
     assert torch.equal(crow, before[0]) and torch.equal(col, before[1])
 
 
-@pytest.mark.parametrize("fn", ["reverse_cuthill_mckee(A)", "sparse_permute(A, torch.arange(A.shape[-2]))"])
-def test_malformed_structures_raise(fn):
+def test_malformed_structures_raise():
     """Every malformed structure of the shared set (square, COO and CSR, int32 and int64)
-    ends in ValueError, in a child process (a crash fails the test), inputs unchanged."""
-    cases = {name: f"A = {src}\ninputs = [A]\ncall = lambda: tsgu.utils.{fn}" for name, src in MALFORMED.items()}
+    ends in ValueError from both functions, in a child process (a crash fails the test),
+    inputs unchanged."""
+    calls = {"rcm": "reverse_cuthill_mckee(A)", "permute": "sparse_permute(A, torch.arange(A.shape[-2]))"}
+    cases = {f"{fn}-{name}": f"A = {src}\ninputs = [A]\ncall = lambda: tsgu.utils.{call}"
+             for fn, call in calls.items() for name, src in MALFORMED.items()}
     outcomes = child_outcomes(cases)
     wrong = {name: o for name, o in outcomes.items() if o[0] != "ValueError"}
-    assert not wrong, wrong
+    assert len(outcomes) == len(cases) and not wrong, wrong
 
 
 def test_custom_op():
