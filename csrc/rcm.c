@@ -24,7 +24,6 @@ static inline int64_t at(const void *a, tsgu_index itype, int64_t i)
 }
 
 typedef struct {
-    int64_t n;
     int64_t *ptr, *adj; /* G's neighbours of node v: adj[ptr[v] .. ptr[v+1]) */
 } graph;
 
@@ -36,7 +35,6 @@ static int build_graph(const tsgu_csr *A, int symmetric, graph *G)
     const int64_t n = A->nrows, nnz = A->nnz;
     const int64_t room = symmetric ? nnz : 2 * nnz;
     int64_t *tptr = NULL, *trow = NULL;
-    G->n = n;
     G->ptr = malloc((size_t)(n + 1) * sizeof(int64_t));
     G->adj = malloc((size_t)(room > 0 ? room : 1) * sizeof(int64_t));
     if (!symmetric) {
