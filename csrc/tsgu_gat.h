@@ -33,13 +33,15 @@ static inline int tsgu_gat_dropped(const tsgu_gat *g, int64_t q)
 #define TSGU_GATV2_LANES 8
 
 /* return fn(args..., F) with F a compile-time constant for the common head widths: those
- * of TSGU_BY_WIDTH (tsgu_inline.h) and 2, 4, 8 */
-#define TSGU_GAT_BY_WIDTH(F, fn, ...)              \
+ * of TSGU_BY_WIDTH (tsgu_inline.h) and 2, 4, 8; F as it comes where TSGU_FIXED_WIDTHS is 0 */
+#define TSGU_GAT_BY_WIDTH(F, fn, ...) TSGU_CAT(TSGU_GAT_BY_WIDTH_, TSGU_FIXED_WIDTHS)(F, fn, __VA_ARGS__)
+#define TSGU_GAT_BY_WIDTH_0(F, fn, ...) return fn(__VA_ARGS__, F);
+#define TSGU_GAT_BY_WIDTH_1(F, fn, ...)            \
     switch (F) {                                   \
     case 2: return fn(__VA_ARGS__, 2);             \
     case 4: return fn(__VA_ARGS__, 4);             \
     case 8: return fn(__VA_ARGS__, 8);             \
-    default: TSGU_BY_WIDTH(F, fn, __VA_ARGS__)     \
+    default: TSGU_BY_WIDTH_1(F, fn, __VA_ARGS__)   \
     }
 
 #endif

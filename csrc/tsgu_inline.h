@@ -10,8 +10,11 @@
 #endif
 
 /* return fn(args..., p) with p a compile-time constant for the widths the row
- * loops are specialized for */
-#define TSGU_BY_WIDTH(p, fn, ...)                  \
+ * loops are specialized for; in a variant compiled with TSGU_FIXED_WIDTHS 0
+ * (tsgu_template.h: x86-64's portable fallback) with p as it comes, one body */
+#define TSGU_BY_WIDTH(p, fn, ...) TSGU_CAT(TSGU_BY_WIDTH_, TSGU_FIXED_WIDTHS)(p, fn, __VA_ARGS__)
+#define TSGU_BY_WIDTH_0(p, fn, ...) return fn(__VA_ARGS__, p);
+#define TSGU_BY_WIDTH_1(p, fn, ...)                \
     switch (p) {                                   \
     case 1: return fn(__VA_ARGS__, 1);             \
     case 16: return fn(__VA_ARGS__, 16);           \

@@ -3,13 +3,16 @@
  * x86-64 builds carry AVX2+FMA variants of the kernels beside the portable ones
  * (tsgu_template.h) and choose at run time, so one build runs on any x86-64
  * processor; the environment variable TSGU_PORTABLE=1 (read once) makes them
- * take the portable ones, which is how the tests run those on AVX2 machines. */
+ * take the portable ones, which is how the tests run those on AVX2 machines.
+ * Compiled with -DTSGU_NO_X86_CLONES, a build has the portable variants alone,
+ * specialized like the AVX2 ones (the sanitizer build: one variant, half the
+ * compile). */
 #ifndef TSGU_ISA_H
 #define TSGU_ISA_H
 
 #include <stdlib.h>
 
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#if !defined(TSGU_NO_X86_CLONES) && (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define TSGU_X86_CLONES 1
 static inline int tsgu_use_avx2(void)
 {

@@ -5,7 +5,7 @@ with dynamic shapes), values against dense or looped references, second derivati
 them against eager."""
 import pytest
 import torch
-
+from support.children import run_child
 from torchsparsegradutils import SparseCSR, _backends, _ops, gather_mm, segment_mm, sparse_bidir_logsumexp, sparse_logsumexp
 from torchsparsegradutils._core.intake import as_csr
 from torchsparsegradutils._core.view import op_args
@@ -265,6 +265,32 @@ def test_default_compile_of_torch_sparse_logsumexp_graph_breaks():
     A = _operand("coo")
     f = torch.compile(lambda A: sparse_logsumexp(A, 1) * 2, backend="aot_eager")
     torch.testing.assert_close(f(A), sparse_logsumexp(A, 1) * 2)
+
+
+def test_importing_does_not_load_dynamo_and_a_later_compile_still_runs_sparse_eagerly():
+    """Importing the package (every public module) leaves Dynamo unloaded (it takes
+    seconds and only compiled code needs it); torch.compile loaded after that runs the
+    torch-sparse ops eagerly, values and gradients as eager's, on every call."""
+    out = run_child("""
+        import sys
+        assert "torch._dynamo" not in sys.modules, "importing the package loaded Dynamo"
+        A = torch.tensor([[1., 0, 2], [0, 3, 0]]).to_sparse().requires_grad_()
+        B = torch.tensor([[1., 2], [3, 4], [5, 6]])
+
+        def f(A, x):
+            return (sparse_logsumexp(A, 1) * x).sum() + sparse_mm(A, B * x[0]).sum()
+
+        compiled = torch.compile(f, backend="aot_eager")
+        x = torch.tensor([2., 3.])
+        f(A, x).backward()
+        want = A.grad.to_dense().clone()
+        for _ in range(2):
+            A.grad = None
+            compiled(A, x).backward()
+            assert torch.equal(A.grad.to_dense(), want)
+        print("OK")
+    """)
+    assert out.returncode == 0 and out.stdout.strip() == "OK", out.stdout + out.stderr
 
 
 @pytest.mark.parametrize("mode", LSE_MODES)

@@ -69,13 +69,21 @@ def test_reference_counts_stable(op):
     for _ in range(3):                                  # warm caches
         step()
     gc.collect()
-    refs = [sys.getrefcount(t) for t in watched]
-    tensors = sum(type(o) is torch.Tensor for o in gc.get_objects())
-    for _ in range(50):                                 # a leak per step shows after one
-        step()
-    gc.collect()
-    assert [sys.getrefcount(t) for t in watched] == refs
-    assert sum(type(o) is torch.Tensor for o in gc.get_objects()) <= tensors
+    # every object alive now is frozen: the collections and the censuses below see only
+    # what the steps made (rather than the whole test session's heap, each time)
+    gc.freeze()
+    try:
+        refs = [sys.getrefcount(t) for t in watched]
+        step()                                          # what a step keeps (a cache's entry)
+        gc.collect()
+        tensors = sum(type(o) is torch.Tensor for o in gc.get_objects())
+        for _ in range(50):                             # a leak per step shows after one
+            step()
+        gc.collect()
+        assert [sys.getrefcount(t) for t in watched] == refs
+        assert sum(type(o) is torch.Tensor for o in gc.get_objects()) <= tensors
+    finally:
+        gc.unfreeze()
 
 
 def _grads(case, requires, a_leaf=False, edit=None):

@@ -16,6 +16,7 @@ is that message exactly (users and its tests compare it); what we know beyond it
 tracebacks print.
 """
 import functools
+import sys
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -50,15 +51,20 @@ def eager_only(fn):
     it, instead of failing there.  (After a graph break Dynamo would otherwise compile
     fn's inner frames one by one, and fail in some.)  Outside any compiled region
     (no frame-evaluation callback installed, and not tracing) fn is called directly:
-    the disabling wrapper costs 0.4 us a call."""
-    disabled = torch.compiler.disable(fn)
+    the check costs 0.4 us a call.  The disabled fn is made when Dynamo is loaded:
+    making it loads Dynamo (seconds), which a program that never compiles does not
+    need, so importing the package does not."""
     if _eval_frame_callback is None:
-        return disabled
+        return torch.compiler.disable(fn)
+    disabled = torch.compiler.disable(fn) if "torch._dynamo" in sys.modules else None
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
+        nonlocal disabled
         if not _is_compiling() and _eval_frame_callback() is None:
             return fn(*args, **kwargs)
+        if disabled is None:        # Dynamo was loaded after fn's module (this call graph-breaks too)
+            disabled = torch.compiler.disable(fn)
         return disabled(*args, **kwargs)
 
     return run
