@@ -28,7 +28,7 @@ from torchsparsegradutils import _backends
 def pytest_configure(config):
     """Under pytest-xdist, each worker takes its share of the cores for torch's (and so
     our kernels') threads: N workers each with every core would run N times as many
-    threads as cores, whose waits spin (a third of the suite's time on 2 cores).  The
+    threads as cores, whose waits spin (a quarter of the suite's time on 2 cores).  The
     tests of thread counts set theirs (support.checks.num_threads)."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers:

@@ -51,9 +51,9 @@ def eager_only(fn):
     it, instead of failing there.  (After a graph break Dynamo would otherwise compile
     fn's inner frames one by one, and fail in some.)  Outside any compiled region
     (no frame-evaluation callback installed, and not tracing) fn is called directly:
-    the check costs 0.4 us a call.  The disabled fn is made when Dynamo is loaded:
-    making it loads Dynamo (seconds), which a program that never compiles does not
-    need, so importing the package does not."""
+    the check costs 0.4 us a call.  The disabled fn is made here where Dynamo is loaded
+    already, else at the first call under compilation: making it loads Dynamo (seconds),
+    which a program that never compiles does not need, so importing the package does not."""
     if _eval_frame_callback is None:
         return torch.compiler.disable(fn)
     disabled = torch.compiler.disable(fn) if "torch._dynamo" in sys.modules else None
