@@ -6,6 +6,7 @@ them against eager."""
 import pytest
 import torch
 from support.children import run_child
+
 from torchsparsegradutils import SparseCSR, _backends, _ops, gather_mm, segment_mm, sparse_bidir_logsumexp, sparse_logsumexp
 from torchsparsegradutils._core import validate
 from torchsparsegradutils._core.intake import as_csr
