@@ -5,8 +5,8 @@
  * processor; the environment variable TSGU_PORTABLE=1 (read once) makes them
  * take the portable ones, which is how the tests run those on AVX2 machines.
  * Compiled with -DTSGU_NO_X86_CLONES, a build has the portable variants alone,
- * specialized like the AVX2 ones (the sanitizer build: one variant, half the
- * compile). */
+ * specialized like the AVX2 ones (the sanitizer build: one variant of each
+ * kernel to compile). */
 #ifndef TSGU_ISA_H
 #define TSGU_ISA_H
 
