@@ -35,37 +35,53 @@ typedef struct {
     int64_t *bad;          /* per task: its first entry out of range, or -1 */
 } coo_ctx;
 
-static int coo_task(void *vctx, int64_t t)
+/* task t's entries; batched: x->c.bi is not NULL */
+TSGU_ALWAYS_INLINE int coo_scan(const coo_ctx *x, int64_t t, const int batched)
 {
-    const coo_ctx *x = vctx;
-    const tsgu_coo cc = x->c, *c = &cc;  /* a copy: the loop's writes cannot change it, so it stays in registers */
-    int64_t e0 = x->bounds[t], e1 = x->bounds[t + 1], w = x->lim[t], hi = x->lim[t + 1], *ptr = x->ptr;
-    int probe = x->probe;
+    const tsgu_coo *c = &x->c;
+    const int64_t e0 = x->bounds[t], e1 = x->bounds[t + 1], hi = x->lim[t + 1];
+    int64_t e = e0, w = x->lim[t], *ptr = x->ptr;
     int64_t prev, prevj;   /* global row and column of the entry before */
     x->bad[t] = -1;
     int status = tsgu_coo_before(c, e0, &prev, &prevj, &x->bad[t]);
     if (status != TSGU_OK) return status;
-    int sorted = 1;        /* 0 once a probe meets an entry out of (r, j) order */
-    for (int64_t e = e0; e < e1; e++) {
-        int64_t r = tsgu_coo_row(c, e), j = c->ci[e];
-        if (r < 0 || j < 0 || j >= c->m) {
+    if (x->sorted) x->sorted[t] = 1;
+    if (ptr) {
+        /* a row at a time; only the first can continue the row before the task's */
+        while (e < e1 && status == TSGU_OK) {
+            const int64_t r = tsgu_coo_entry(c, e, batched);
+            if (r < 0) status = TSGU_EIDX_RANGE;
+            else if (r < prev || (r == prev && c->ci[e] <= prevj)) status = r < prev ? TSGU_EIDX_ORDER : TSGU_ECOL_ORDER;
+            else {
+                for (int64_t top = r < hi ? r : hi; w < top;) ptr[++w] = e;   /* rows (prev, r] start here */
+                prev = r;
+                e = tsgu_coo_row_end(c, e, e1, batched, &status);
+            }
+        }
+        if (status == TSGU_OK) {
+            if (t == x->T - 1)                                     /* rows after the last entry */
+                while (w < hi) ptr[++w] = x->nnz;
+            return TSGU_OK;
+        }
+        if (status == TSGU_EIDX_RANGE) {
             x->bad[t] = e;
-            return TSGU_EIDX_RANGE;
+            return status;
         }
-        if (!ptr || !sorted) continue;                       /* ranges only */
-        if (r < prev || (r == prev && j <= prevj)) {
-            if (!probe) return r < prev ? TSGU_EIDX_ORDER : TSGU_ECOL_ORDER;
-            sorted = 0;                                      /* stop filling ptr */
-            continue;
-        }
-        for (int64_t top = r < hi ? r : hi; w < top;) ptr[++w] = e;   /* rows (prev, r] start here */
-        prev = r;
-        prevj = j;
+        if (!x->probe) return status;
+        x->sorted[t] = 0;          /* entry e is out of order (its indices in range): ranges only after it */
+        e++;
     }
-    if (x->sorted) x->sorted[t] = sorted;
-    if (ptr && sorted && t == x->T - 1)                  /* rows after the last entry */
-        while (w < hi) ptr[++w] = x->nnz;
+    if ((e = tsgu_coo_first_bad(c, e, e1)) < e1) {
+        x->bad[t] = e;
+        return TSGU_EIDX_RANGE;
+    }
     return TSGU_OK;
+}
+
+static int coo_task(void *vctx, int64_t t)
+{
+    const coo_ctx *x = vctx;
+    return x->c.bi ? coo_scan(x, t, 1) : coo_scan(x, t, 0);
 }
 
 int tsgu_coo_row_ptr(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_t nnz,

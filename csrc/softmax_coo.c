@@ -113,45 +113,47 @@ int tsgu_softmax_coo(const int64_t *idx, int64_t ld, int64_t sparse_dims, int64_
 
 #include "tsgu_softmax.h"
 
-TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, int64_t k)
+/* chunk k; batched: x->c.bi is not NULL */
+TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(softmax_coo_scan)(const softmax_coo_ctx *x, int64_t k, const int batched)
 {
-    const tsgu_coo cc = x->c, *c = &cc;  /* a copy: the loop's writes cannot change it, so it stays in registers */
-    const int64_t e0 = x->bounds[k], e1 = x->bounds[k + 1], hi = x->lim[k + 1];
+    const tsgu_coo *c = &x->c;
+    const int64_t e1 = x->bounds[k + 1], hi = x->lim[k + 1];
     const real_t *v = x->val;
     real_t *y = x->out;
-    int64_t *ptr = x->ptr, w = x->lim[k];   /* the last pointer written */
+    int64_t e = x->bounds[k], *ptr = x->ptr, w = x->lim[k];   /* w: the last pointer written */
     /* softmax of a full-width type: the exps go straight into y, scaled by 1/sum after */
     const int keep = !x->is_log && !TSGU_NARROW;
-    /* global row and column of the entry before e, and the first entry of e's row in
-     * this chunk */
-    int64_t prev, prevj, start = e0;
+    int64_t prev, prevj;   /* global row and column of the entry before the chunk's */
     TSGU_FN(softmax_walk) walk = {.keep = keep, .is_log = x->is_log};
     x->bad[k] = -1;
-    int status = tsgu_coo_before(c, e0, &prev, &prevj, &x->bad[k]);
+    int status = tsgu_coo_before(c, e, &prev, &prevj, &x->bad[k]);
     if (status != TSGU_OK) return status;
-    for (int64_t e = e0; e < e1; e++) {
-        int64_t r = tsgu_coo_row(c, e), j = c->ci[e];
-        if (r < 0 || j < 0 || j >= c->m) {
+    while (e < e1) {   /* e starts a row: the chunk's first entry (the bounds start rows) or the one past a row */
+        const int64_t r = tsgu_coo_entry(c, e, batched);
+        if (r < 0) {
             x->bad[k] = e;
             return TSGU_EIDX_RANGE;
         }
-        if (r == prev) {       /* never at e0: the chunk starts a row */
-            if (j <= prevj) return TSGU_ECOL_ORDER;
-        } else {
-            if (r < prev) return TSGU_EIDX_ORDER;
-            if (start < e)                                     /* the row before, checked */
-                TSGU_FN(softmax_rows_add)(&walk, v + start, y + start, e - start);
-            for (int64_t top = r < hi ? r : hi; w < top;) ptr[++w] = e;   /* rows (prev, r] start here */
-            prev = r;
-            start = e;
+        if (r <= prev) return TSGU_EIDX_ORDER;   /* (r == prev cannot be: e starts a row) */
+        for (int64_t top = r < hi ? r : hi; w < top;) ptr[++w] = e;   /* rows (prev, r] start here */
+        prev = r;
+        const int64_t end = tsgu_coo_row_end(c, e, e1, batched, &status);
+        if (status != TSGU_OK) {
+            if (status == TSGU_EIDX_RANGE) x->bad[k] = end;
+            return status;
         }
-        prevj = j;
+        TSGU_FN(softmax_rows_add)(&walk, v + e, y + e, end - e);   /* the row, checked */
+        e = end;
     }
-    if (start < e1) TSGU_FN(softmax_rows_add)(&walk, v + start, y + start, e1 - start);
     TSGU_FN(softmax_rows_end)(&walk);
     if (k == x->K - 1)                                    /* rows after the last entry */
         while (w < hi) ptr[++w] = x->nnz;
     return TSGU_OK;
+}
+
+TSGU_ISA_ATTR static int TSGU_FN(softmax_coo_chunk)(const softmax_coo_ctx *x, int64_t k)
+{
+    return x->c.bi ? TSGU_FN(softmax_coo_scan)(x, k, 1) : TSGU_FN(softmax_coo_scan)(x, k, 0);
 }
 
 #endif

@@ -415,6 +415,104 @@ def test_coo_row_pointer_probe_for_any_thread_count(batched):
         _C.coo_row_ptr(idx, sizes, None, 1, True)
 
 
+def _first_coo_error(idx, sizes):
+    """The first entry of COO indices in error and its status, by torch ops: an index
+    out of range ("range"), else a (batch, row) below the entry before's (EIDX_ORDER) or
+    a column not above it in the same row (ECOL_ORDER); None where there is none."""
+    bad_range = torch.zeros(idx.shape[1], dtype=torch.bool)
+    for d, size in enumerate(sizes):
+        bad_range |= (idx[d] < 0) | (idx[d] >= size)
+    rows, cols = idx[-2] + (idx[0] * sizes[1] if len(sizes) == 3 else 0), idx[-1]
+    down = torch.zeros_like(bad_range)
+    down[1:] = rows[1:] < rows[:-1]
+    repeat = torch.zeros_like(bad_range)
+    repeat[1:] = (rows[1:] == rows[:-1]) & (cols[1:] <= cols[:-1])
+    at = torch.nonzero(bad_range | down | repeat)
+    if not at.numel():
+        return None
+    e = int(at[0])
+    return e, "range" if bad_range[e] else "EIDX_ORDER" if down[e] else "ECOL_ORDER"
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_coo_scans_name_the_first_entry_in_error(batched):
+    """coo_row_ptr.c (order required, probed, or ranges only) and softmax_coo.c report
+    the first entry in error, as an independent scan by torch ops finds it, for one
+    thread and for several (entries enough for chunks on both threads), wherever one or
+    two faults of each kind fall: a batch, row or column index out of range (negative or
+    too large), a row below the one before, a column repeated or decreasing in its row.
+    Without a fault, the row pointers are a bincount's."""
+    from torchsparsegradutils import _C
+    from torchsparsegradutils._core.native import STATUS
+    g = seeded(f"coo scans {batched}")
+    sizes = (3, 3000, 400) if batched else (9000, 400)
+    b, n, m = sizes if batched else (1,) + sizes
+    key = torch.unique(torch.randint(0, b * n * m, (660_000,), generator=g))   # > 2 * 2**18 entries
+    r, j = key // m, key % m
+    good = torch.stack([r // n, r % n, j] if batched else [r, j])
+    nnz, R = good.shape[1], b * n
+    expect = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(r, minlength=R).cumsum(0)])
+
+    def fault(idx, e, kind):
+        d = {"batch": 0, "row": -2, "col": -1}
+        if kind in ("batch", "row", "col"):
+            idx[d[kind], e] = -1 if e % 2 else sizes[d[kind]]
+        elif kind == "down":                         # a (batch, row) below the entry before's
+            idx[:, e] = idx[:, e - 1]
+            if idx[-2, e] == 0:                      # (the entry before moved to row 1)
+                idx[-2, e - 1] = idx[-2, e] = 1
+            idx[-2, e] -= 1
+        else:                                        # a column repeated ("repeat") or decreasing in its row
+            idx[:, e] = idx[:, e - 1]
+            idx[-1, e] -= int(kind == "decrease")
+
+    kinds = ["row", "col", "down", "repeat", "decrease"] + (["batch"] if batched else [])
+    cases = [good]
+    for k, kind in enumerate(kinds):
+        for e in (1, 2 ** 15 + k, nnz // 2 + k, nnz - 1 - k):      # near the chunks' edges too
+            idx = good.clone()
+            fault(idx, e, kind)
+            cases.append(idx)
+            both = idx.clone()
+            fault(both, min(e + 1000, nnz - 1), kinds[(k + 1) % len(kinds)])
+            cases.append(both)
+    val = torch.randn(nnz, 1, dtype=torch.float64)
+    for idx in cases:
+        first = _first_coo_error(idx, sizes)
+        bad_range = torch.zeros(nnz, dtype=torch.bool)
+        for d, size in enumerate(sizes):
+            bad_range |= (idx[d] < 0) | (idx[d] >= size)
+        any_range = int(torch.nonzero(bad_range)[0]) if bad_range.any() else None
+        for t in (1, 2):
+            ptr = torch.full((R + 1,), -7, dtype=torch.long)
+            calls = {"ordered": lambda: _C.coo_row_ptr(idx, sizes, ptr, t),
+                     "softmax": lambda: _C.softmax_coo(idx, val, sizes, True, False, ptr,
+                                                       torch.empty(nnz, 1, dtype=torch.float64), t)}
+            for name, call in calls.items():
+                if first is None:
+                    call()
+                    assert torch.equal(ptr, expect), name
+                    continue
+                with pytest.raises(ValueError) as got:
+                    call()
+                if first[1] == "range":
+                    assert f" at entry {first[0]} is out of range" in str(got.value), (name, t)
+                else:
+                    assert str(got.value) == STATUS[first[1]], (name, t, first)
+            # ranges alone, and the probe: every range checked, the order only asked about
+            for call in (lambda: _C.coo_row_ptr(idx, sizes, None, t),
+                         lambda: _C.coo_row_ptr(idx, sizes, ptr, t, True)):
+                if any_range is None:
+                    call()
+                    continue
+                with pytest.raises(ValueError, match=f" at entry {any_range} is out of range"):
+                    call()
+            if any_range is None:
+                assert _C.coo_row_ptr(idx, sizes, ptr, t, True) is (first is None)
+                out = torch.empty(nnz, 1, dtype=torch.float64)
+                assert _C.softmax_coo(idx, val, sizes, False, False, ptr, out, t) is (first is None)
+
+
 def test_kernels_take_the_registered_exporter():
     """Tensors reach C through torch.utils.dlpack.to_dlpack; plain() guarantees what
     that export does not check (no gradient, no negation bit)."""
