@@ -28,7 +28,7 @@ static int TSGU_FN(check_rows)(void *ctx, int64_t r0, int64_t r1)
     const idx_t *Aj = A->col;
     int64_t n = A->nrows, m = A->ncols;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {

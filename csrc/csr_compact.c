@@ -58,7 +58,7 @@ TSGU_ISA_ATTR static int TSGU_FN(compact_rows)(const tsgu_csr *A, int32_t *ptr32
     int64_t n = A->nrows, m = A->ncols, R = A->batch * n;
     if (ptr32) ptr32[0] = 0;
     for (int64_t r = 0; r < R; r++) {
-        int64_t start, end, k = r / n;
+        int64_t start, end, k = tsgu_item_of(A, r);
         if (!TSGU_FN(row_entries)(A, k, r - k * n, &start, &end)) return TSGU_EPTR_ORDER;
         if (start < end) {
             int bad = Aj[start] < 0 || Aj[end - 1] >= m, status;

@@ -57,7 +57,7 @@ static int TSGU_FN(transpose_walk)(const transpose_ctx *x, int64_t t, int place)
     int64_t n = A->nrows, m = A->ncols;
     int64_t *c = x->cnt + t * A->batch * m, r0 = x->bounds[t], r1 = x->bounds[t + 1];
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         int64_t prev = -1;
         for (int64_t e = start; e < end; e++) {

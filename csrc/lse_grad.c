@@ -49,7 +49,7 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_grad_range)(void *vctx, int64_t r0, int64_t
     int64_t n = A->nrows, m = A->ncols, nnz = A->nnz;
     real_t d[TSGU_BLOCK], gc[TSGU_BLOCK];
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end, prev = -1;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const real_t lr = Lr ? Lr[r] : 0, gr = Lr ? Gr[r] : 0;
         for (int64_t e0 = start; e0 < end; e0 += TSGU_BLOCK) {

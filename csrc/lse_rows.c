@@ -60,7 +60,7 @@ TSGU_ISA_ATTR static int TSGU_FN(lse_rows_range)(void *vctx, int64_t r0, int64_t
     int64_t n = A->nrows, m = A->ncols, ld = x->ld;
     int zeros = x->zeros;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end, prev = -1;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         real_t vmax = -INFINITY;
         for (int64_t e = start; e < end; e++) {

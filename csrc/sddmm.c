@@ -64,7 +64,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(sddmm_range)(const sddmm_ctx *x, in
     int64_t bsg = x->G->bstride, ldg = x->G->rstride, bsb = x->B->bstride, ldb = x->B->rstride;
     const int64_t ahead = tsgu_prefetch_ahead(p, sizeof(real_t));
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         const acc_t *g = TSGU_FN(widened)(Gx + k * bsg + i * ldg, gw, p);
         const real_t *Bk = Bx + k * bsb;

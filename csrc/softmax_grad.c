@@ -96,7 +96,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_grad_range)(void *vctx, int64_t r0, int
     real_t *out = x->out;
     const int64_t n = A->nrows, H = x->heads;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         if (H == 1) {
             TSGU_FN(softmax_grad_row)(y + start, g + start, out + start, end - start, x->is_log);

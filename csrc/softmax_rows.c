@@ -51,7 +51,7 @@ TSGU_ISA_ATTR static int TSGU_FN(softmax_rows_range)(void *vctx, int64_t r0, int
     const int keep = !x->is_log && !TSGU_NARROW;
     TSGU_FN(softmax_walk) w = {.keep = keep, .is_log = x->is_log};
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end, prev = -1;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end, prev = -1;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         for (int64_t e = start; x->check_cols && e < end; e++) {
             int64_t j = Aj[e];

@@ -214,7 +214,7 @@ TSGU_ALWAYS_INLINE int TSGU_FN(product_row)(const product_ctx *x, int64_t r, spg
     tsgu_spgemm_work *w = x->w;
     const idx_t *Aj = A->col, *Bj = B->col;
     const real_t *Av = A->val, *Bv = B->val;
-    int64_t n = A->nrows, k = r / n, i = r - k * n, start, end, bs, be, count = 0;
+    int64_t n = A->nrows, k = tsgu_item_of(A, r), i = r - k * n, start, end, bs, be, count = 0;
     TSGU_FN(row_entries)(A, k, i, &start, &end);
     if (!use_spa && start < end) {              /* the table's size: a bound on the row's columns */
         int64_t most = 0;

