@@ -415,13 +415,19 @@ def test_coo_row_pointer_probe_for_any_thread_count(batched):
         _C.coo_row_ptr(idx, sizes, None, 1, True)
 
 
+def _coo_out_of_range(idx, sizes):
+    """Which entries of COO indices hold an index out of range, by torch ops."""
+    bad = torch.zeros(idx.shape[1], dtype=torch.bool)
+    for d, size in enumerate(sizes):
+        bad |= (idx[d] < 0) | (idx[d] >= size)
+    return bad
+
+
 def _first_coo_error(idx, sizes):
     """The first entry of COO indices in error and its status, by torch ops: an index
     out of range ("range"), else a (batch, row) below the entry before's (EIDX_ORDER) or
     a column not above it in the same row (ECOL_ORDER); None where there is none."""
-    bad_range = torch.zeros(idx.shape[1], dtype=torch.bool)
-    for d, size in enumerate(sizes):
-        bad_range |= (idx[d] < 0) | (idx[d] >= size)
+    bad_range = _coo_out_of_range(idx, sizes)
     rows, cols = idx[-2] + (idx[0] * sizes[1] if len(sizes) == 3 else 0), idx[-1]
     down = torch.zeros_like(bad_range)
     down[1:] = rows[1:] < rows[:-1]
@@ -479,9 +485,7 @@ def test_coo_scans_name_the_first_entry_in_error(batched):
     val = torch.randn(nnz, 1, dtype=torch.float64)
     for idx in cases:
         first = _first_coo_error(idx, sizes)
-        bad_range = torch.zeros(nnz, dtype=torch.bool)
-        for d, size in enumerate(sizes):
-            bad_range |= (idx[d] < 0) | (idx[d] >= size)
+        bad_range = _coo_out_of_range(idx, sizes)
         any_range = int(torch.nonzero(bad_range)[0]) if bad_range.any() else None
         for t in (1, 2):
             ptr = torch.full((R + 1,), -7, dtype=torch.long)
